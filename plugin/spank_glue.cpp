@@ -1,0 +1,248 @@
+// The only file that includes <slurm/spank.h>. It gathers facts from Slurm into
+// plain structs, calls the pure launch rules, applies the result, and maps
+// errors to slurm_error + -1. No exception crosses the C ABI.
+//
+// Note [Where each decision is made]
+//   srun/sbatch/salloc (local, allocator): init_post_opt validates the plugstack
+//     arguments and the user's options before anything is allocated, so a typo
+//     fails fast with srun's own exit code. local_user_init (srun only) draws the
+//     per-step token; setenv() there reaches every task of the step.
+//   slurmstepd (remote): user_init plans the step once per node (MASTER_ADDR,
+//     MASTER_PORT, ...). task_init applies it to each task, and is where failures
+//     are reported: a failing task_init makes srun exit non-zero, while a failing
+//     user_init would not (Slurm 22.05), and neither drains the node.
+//   slurmd and prolog/epilog contexts do nothing and never fail: an error there
+//     would drain nodes.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include <slurm/slurm.h>
+#include <slurm/spank.h>
+}
+
+#include "error.h"
+#include "options.h"
+#include "rendezvous.h"
+#include "settings.h"
+#include "token.h"
+
+// Built with hidden visibility; these and the slurm_spank_* hooks are the only exports
+// (spank_ddp.map). Declared one by one: SPANK_PLUGIN() gives them internal linkage in C++.
+#define SLURMDDP_EXPORT __attribute__((visibility("default")))
+extern "C" {
+SLURMDDP_EXPORT extern const char plugin_name[] = "ddp";
+SLURMDDP_EXPORT extern const char plugin_type[] = "spank";
+SLURMDDP_EXPORT extern const unsigned int plugin_version = SLURM_VERSION_NUMBER;
+SLURMDDP_EXPORT extern const unsigned int spank_plugin_version = 1;
+}
+
+namespace launch = slurmddp::launch;
+namespace plugin = slurmddp::plugin;
+
+namespace {
+
+// The plugin's one per-process context.
+struct Context {
+  launch::UserOptions opts;
+  std::optional<launch::PlugstackConfig> conf;
+  std::string conf_error;
+  bool skip = true;  // remote: not a task step, or disabled
+  std::optional<launch::StepPlan> plan;
+  std::string plan_error;
+  bool have_token = false;
+};
+Context g;
+
+void report(const char* phase, const std::string& msg) {
+  slurm_error("slurm-ddp: %s: %s", phase, msg.c_str());
+}
+
+int option_cb(int val, const char* optarg, int /*remote*/) {
+  return plugin::record_option(g.opts, val, optarg) ? 0 : -1;
+}
+
+std::vector<spank_option> make_spank_options() {
+  std::vector<spank_option> out;
+  for (const auto& o : plugin::option_table()) {
+    out.push_back(spank_option{const_cast<char*>(o.name), const_cast<char*>(o.arginfo),
+                               const_cast<char*>(o.usage), o.has_arg, o.id, option_cb});
+  }
+  return out;
+}
+
+std::optional<std::string> remote_getenv(spank_t sp, const char* name) {
+  std::vector<char> buf(256);
+  while (true) {
+    spank_err_t rc = spank_getenv(sp, name, buf.data(), static_cast<int>(buf.size()));
+    if (rc == ESPANK_SUCCESS) return std::string(buf.data());
+    if (rc != ESPANK_NOSPACE || buf.size() > (1u << 20)) return std::nullopt;
+    buf.resize(buf.size() * 4);
+  }
+}
+
+std::optional<std::string> local_getenv(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+}
+
+uint32_t item_u32(spank_t sp, spank_item_t item, const char* what) {
+  uint32_t v = 0;
+  if (spank_get_item(sp, item, &v) != ESPANK_SUCCESS) {
+    throw launch::LaunchError(std::string("failed to read ") + what + " from Slurm");
+  }
+  return v;
+}
+
+std::string first_node_of(const std::string& nodelist) {
+  hostlist_t hl = slurm_hostlist_create(nodelist.c_str());
+  if (hl == nullptr) throw launch::LaunchError("invalid SLURM_STEP_NODELIST='" + nodelist + "'");
+  char* host = slurm_hostlist_shift(hl);
+  std::string out = host != nullptr ? host : "";
+  free(host);
+  slurm_hostlist_destroy(hl);
+  if (out.empty()) throw launch::LaunchError("empty SLURM_STEP_NODELIST='" + nodelist + "'");
+  return out;
+}
+
+std::string this_host() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+// user_init: plan the step once per node.
+void plan_remote(spank_t sp) {
+  launch::StepFacts f;
+  f.job_id = item_u32(sp, S_JOB_ID, "the job id");
+  f.step_id = item_u32(sp, S_JOB_STEPID, "the step id");
+  if (!launch::is_task_step(f.step_id)) return;  // batch, extern, interactive: skip
+  auto env = [sp](const char* n) { return remote_getenv(sp, n); };
+  launch::Settings s = launch::resolve_settings(g.opts, env, *g.conf, launch::step_name(f));
+  if (!s.enabled) return;
+  g.skip = false;
+  f.num_nodes = item_u32(sp, S_JOB_NNODES, "the node count");
+  f.node_id = item_u32(sp, S_JOB_NODEID, "the node index");
+  f.local_task_count = item_u32(sp, S_JOB_LOCAL_TASK_COUNT, "the local task count");
+  f.total_task_count = item_u32(sp, S_JOB_TOTAL_TASK_COUNT, "the task count");
+  f.node_name = remote_getenv(sp, "SLURMD_NODENAME").value_or(this_host());
+  auto nodelist = remote_getenv(sp, "SLURM_STEP_NODELIST");
+  if (!nodelist) throw launch::LaunchError("SLURM_STEP_NODELIST is not set in the step");
+  f.first_node = first_node_of(*nodelist);
+  f.distribution = remote_getenv(sp, "SLURM_DISTRIBUTION").value_or("");
+  f.resv_ports = remote_getenv(sp, "SLURM_STEP_RESV_PORTS").value_or("");
+  auto token = remote_getenv(sp, plugin::kEnvToken);
+  g.have_token = token && !token->empty();
+  g.plan = launch::plan_step(s, f);
+}
+
+// task_init: apply the plan to one task.
+int apply_remote(spank_t sp) {
+  int local_id = 0;
+  uint32_t global_id = 0;
+  if (spank_get_item(sp, S_TASK_ID, &local_id) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_TASK_GLOBAL_ID, &global_id) != ESPANK_SUCCESS) {
+    throw launch::LaunchError("failed to read the task ids from Slurm");
+  }
+  if (!g.plan) {
+    if (local_id == 0) report("rendezvous", g.plan_error);  // once per node
+    return -1;
+  }
+  launch::TaskFacts t;
+  t.local_rank = static_cast<uint32_t>(local_id);
+  t.global_rank = global_id;
+  t.cuda_visible_devices = remote_getenv(sp, "CUDA_VISIBLE_DEVICES");
+  t.step_gpus = remote_getenv(sp, "SLURM_STEP_GPUS");
+  for (const auto& change : launch::task_environment(*g.plan, t)) {
+    spank_err_t rc = change.value ? spank_setenv(sp, change.name.c_str(), change.value->c_str(), 1)
+                                  : spank_unsetenv(sp, change.name.c_str());
+    if (rc != ESPANK_SUCCESS && change.value) {
+      throw launch::LaunchError("failed to set " + change.name + ": " + spank_strerror(rc));
+    }
+  }
+  if (g.plan->verbose && global_id == 0) {
+    std::fprintf(stderr, "slurm-ddp: %s\n", launch::describe(*g.plan, g.have_token).c_str());
+    std::fflush(stderr);
+  }
+  return 0;
+}
+
+template <typename F>
+int guarded(const char* phase, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    report(phase, e.what());
+  } catch (...) {
+    report(phase, "unknown error");
+  }
+  return -1;
+}
+
+}  // namespace
+
+extern "C" {
+
+SLURMDDP_EXPORT int slurm_spank_init(spank_t sp, int ac, char** av) {
+  spank_context_t ctx = spank_context();
+  if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR && ctx != S_CTX_REMOTE) return 0;
+  try {
+    static std::vector<spank_option> opts = make_spank_options();
+    for (auto& o : opts) spank_option_register(sp, &o);
+    g.conf = launch::parse_plugstack_args(std::vector<std::string>(av, av + ac));
+  } catch (const std::exception& e) {
+    g.conf.reset();
+    g.conf_error = e.what();
+  }
+  return 0;  // errors are reported where they can fail a step without draining a node
+}
+
+SLURMDDP_EXPORT int slurm_spank_init_post_opt(spank_t sp, int, char**) {
+  if (spank_remote(sp) || spank_context() == S_CTX_ERROR) return 0;
+  spank_context_t ctx = spank_context();
+  if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR) return 0;
+  return guarded("options", [] {
+    if (!g.conf) throw launch::LaunchError(g.conf_error);
+    launch::resolve_settings(g.opts, local_getenv, *g.conf);  // validates; throws on bad input
+    return 0;
+  });
+}
+
+SLURMDDP_EXPORT int slurm_spank_local_user_init(spank_t, int, char**) {
+  return guarded("token", [] {
+    if (!g.conf) return 0;
+    launch::Settings s = launch::resolve_settings(g.opts, local_getenv, *g.conf);
+    if (!s.enabled) return 0;
+    std::string token = plugin::generate_token();
+    if (setenv(plugin::kEnvToken, token.c_str(), 1) != 0) {
+      throw launch::LaunchError("failed to export the step token");
+    }
+    return 0;
+  });
+}
+
+SLURMDDP_EXPORT int slurm_spank_user_init(spank_t sp, int, char**) {
+  if (!spank_remote(sp)) return 0;
+  try {
+    if (!g.conf) throw launch::LaunchError(g.conf_error);
+    plan_remote(sp);
+  } catch (const std::exception& e) {
+    g.skip = false;
+    g.plan.reset();
+    g.plan_error = e.what();
+  }
+  return 0;  // failures are reported by task_init, which makes srun exit non-zero
+}
+
+SLURMDDP_EXPORT int slurm_spank_task_init(spank_t sp, int, char**) {
+  if (!spank_remote(sp) || g.skip) return 0;
+  return guarded("task", [sp] { return apply_remote(sp); });
+}
+
+}  // extern "C"

@@ -1,0 +1,172 @@
+#include "hostlist.h"
+
+#include <cstdint>
+#include <optional>
+
+#include "error.h"
+#include "parse.h"
+
+namespace slurmddp::launch {
+
+namespace {
+
+struct Range {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+  size_t width = 0;  // zero-padding width: the length of the low bound as written
+};
+
+struct Group {
+  std::string text;           // literal text before the bracket
+  std::vector<Range> ranges;  // the bracket's ranges
+  uint64_t count() const {
+    uint64_t n = 0;
+    for (const auto& r : ranges) n += r.hi - r.lo + 1;
+    return n;
+  }
+  // The i-th value of the bracket, formatted.
+  std::string value(uint64_t i) const {
+    for (const auto& r : ranges) {
+      uint64_t n = r.hi - r.lo + 1;
+      if (i < n) {
+        std::string digits = std::to_string(r.lo + i);
+        if (digits.size() < r.width) digits.insert(0, r.width - digits.size(), '0');
+        return digits;
+      }
+      i -= n;
+    }
+    return {};
+  }
+};
+
+// One comma-separated item: either a plain host or groups of text+bracket.
+struct Item {
+  std::string plain;  // when groups is empty
+  std::vector<Group> groups;
+};
+
+[[noreturn]] void fail(std::string_view name, std::string_view expr, std::string_view why) {
+  throw LaunchError("invalid " + std::string(name) + "=" + quote(expr) + ": " + std::string(why) +
+                    "; expected a Slurm hostlist such as n[01-04,7],gpu1");
+}
+
+std::optional<uint64_t> number(std::string_view s) {
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+std::vector<Range> parse_ranges(std::string_view name, std::string_view expr,
+                                std::string_view inside) {
+  std::vector<Range> ranges;
+  for (const auto& part : split(inside, ',')) {
+    std::string_view p(part);
+    auto dash = p.find('-');
+    std::string_view lo_s = p.substr(0, dash);
+    std::string_view hi_s = dash == std::string_view::npos ? lo_s : p.substr(dash + 1);
+    auto lo = number(lo_s);
+    auto hi = number(hi_s);
+    if (!lo || !hi || *lo > *hi) fail(name, expr, "bad range " + quote(p));
+    ranges.push_back(Range{*lo, *hi, lo_s.size()});
+  }
+  return ranges;
+}
+
+Item parse_item(std::string_view name, std::string_view expr, std::string_view item) {
+  Item out;
+  if (item.find_first_of("[]") == std::string_view::npos) {
+    out.plain = std::string(item);
+    return out;
+  }
+  size_t pos = 0;
+  while (pos < item.size()) {
+    auto open = item.find('[', pos);
+    if (open == std::string_view::npos) fail(name, expr, "text after the last ']' in " + quote(item));
+    auto close = item.find(']', open);
+    if (close == std::string_view::npos) fail(name, expr, "unbalanced '[' in " + quote(item));
+    std::string_view text = item.substr(pos, open - pos);
+    if (text.find(']') != std::string_view::npos) fail(name, expr, "unbalanced ']' in " + quote(item));
+    std::string_view inside = item.substr(open + 1, close - open - 1);
+    if (inside.find('[') != std::string_view::npos) fail(name, expr, "nested '[' in " + quote(item));
+    out.groups.push_back(Group{std::string(text), parse_ranges(name, expr, inside)});
+    pos = close + 1;
+  }
+  return out;
+}
+
+// Splits on commas and whitespace outside brackets.
+std::vector<Item> parse(std::string_view name, std::string_view expr) {
+  std::vector<Item> items;
+  int depth = 0;
+  size_t start = 0;
+  auto flush = [&](size_t end) {
+    if (end > start) items.push_back(parse_item(name, expr, expr.substr(start, end - start)));
+    start = end + 1;
+  };
+  for (size_t i = 0; i < expr.size(); ++i) {
+    char c = expr[i];
+    if (c == '[') {
+      if (++depth > 1) fail(name, expr, "nested '['");
+    } else if (c == ']') {
+      if (--depth < 0) fail(name, expr, "unbalanced ']'");
+    } else if (depth == 0 && (c == ',' || c == ' ' || c == '\t' || c == '\n')) {
+      flush(i);
+    }
+  }
+  if (depth != 0) fail(name, expr, "unbalanced '['");
+  flush(expr.size());
+  if (items.empty()) fail(name, expr, "no host");
+  return items;
+}
+
+// Host number `index` of an item with groups: Slurm's order, the last group
+// varying fastest, then the first, second, ... group.
+std::string host_of(const Item& item, uint64_t index) {
+  const size_t k = item.groups.size();
+  std::vector<uint64_t> digit(k, 0);
+  digit[k - 1] = index % item.groups[k - 1].count();
+  index /= item.groups[k - 1].count();
+  for (size_t g = 0; g + 1 < k; ++g) {
+    digit[g] = index % item.groups[g].count();
+    index /= item.groups[g].count();
+  }
+  std::string host;
+  for (size_t g = 0; g < k; ++g) host += item.groups[g].text + item.groups[g].value(digit[g]);
+  return host;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_hostlist(std::string_view name, std::string_view expr,
+                                         size_t max_hosts) {
+  std::vector<std::string> hosts;
+  for (const auto& item : parse(name, expr)) {
+    if (item.groups.empty()) {
+      hosts.push_back(item.plain);
+    } else {
+      uint64_t total = 1;
+      for (const auto& g : item.groups) {
+        total *= g.count();
+        if (total > max_hosts) break;
+      }
+      if (total > max_hosts || hosts.size() + total > max_hosts) {
+        fail(name, expr, "more than " + std::to_string(max_hosts) + " hosts");
+      }
+      for (uint64_t i = 0; i < total; ++i) hosts.push_back(host_of(item, i));
+    }
+    if (hosts.size() > max_hosts) fail(name, expr, "more than " + std::to_string(max_hosts) + " hosts");
+  }
+  return hosts;
+}
+
+std::string first_host(std::string_view name, std::string_view expr) {
+  auto items = parse(name, expr);
+  const Item& first = items.front();
+  return first.groups.empty() ? first.plain : host_of(first, 0);
+}
+
+}  // namespace slurmddp::launch

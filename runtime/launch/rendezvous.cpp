@@ -1,0 +1,223 @@
+#include "rendezvous.h"
+
+#include <algorithm>
+
+#include "error.h"
+#include "parse.h"
+
+namespace slurmddp::launch {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::string first_token(const std::string& dist) {
+  auto end = dist.find_first_of(":,=");
+  std::string t = dist.substr(0, end);
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return t;
+}
+
+}  // namespace
+
+std::string step_name(const StepFacts& f) {
+  return std::to_string(f.job_id) + "." + std::to_string(f.step_id);
+}
+
+void check_step_facts(const StepFacts& f) {
+  auto bad = [&](const std::string& what) {
+    throw LaunchError("inconsistent step " + step_name(f) + ": " + what);
+  };
+  if (f.num_nodes == 0) bad("0 nodes");
+  if (f.total_task_count == 0) bad("0 tasks");
+  if (f.local_task_count == 0) bad("0 tasks on node " + f.node_name);
+  if (f.node_id >= f.num_nodes) {
+    bad("node index " + std::to_string(f.node_id) + " >= node count " + std::to_string(f.num_nodes));
+  }
+  if (f.local_task_count > f.total_task_count) {
+    bad("local task count " + std::to_string(f.local_task_count) + " > total task count " +
+        std::to_string(f.total_task_count));
+  }
+  if (f.num_nodes > f.total_task_count) {
+    bad("node count " + std::to_string(f.num_nodes) + " > task count " +
+        std::to_string(f.total_task_count));
+  }
+  if (f.first_node.empty()) bad("empty step node list");
+}
+
+PortChoice choose_port(const Settings& s, const StepFacts& f) {
+  if (s.port) return PortChoice{s.port->value, s.port->source};
+  if (!f.resv_ports.empty()) {
+    auto ports = parse_port_list("SLURM_STEP_RESV_PORTS", f.resv_ports);
+    return PortChoice{ports.front(), "SLURM_STEP_RESV_PORTS=" + f.resv_ports};
+  }
+  const PortRange& r = s.port_range;
+  uint64_t base = splitmix64(f.job_id) % r.size();
+  auto port = static_cast<uint16_t>(r.lo + (base + f.step_id) % r.size());
+  return PortChoice{port, "hash of job " + std::to_string(f.job_id) + " step " +
+                              std::to_string(f.step_id) + " into port_range " +
+                              std::to_string(r.lo) + "-" + std::to_string(r.hi)};
+}
+
+bool rank0_on_first_node(const std::string& distribution) {
+  std::string t = first_token(distribution);
+  return t.empty() || t == "block" || t == "cyclic" || t == "plane" || t == "fcyclic";
+}
+
+StepPlan plan_step(const Settings& s, const StepFacts& f, const NetworkView& net) {
+  check_step_facts(f);
+  StepPlan p;
+  p.step = step_name(f);
+  p.world_size = f.total_task_count;
+  p.num_nodes = f.num_nodes;
+  p.node_rank = f.node_id;
+  p.local_world_size = f.local_task_count;
+  p.ifname = s.ifname;
+  p.bind_gpu = s.bind_gpu;
+  p.verbose = s.verbose;
+  p.port = choose_port(s, f);
+
+  AddressPolicy policy;
+  policy.networks = s.networks;
+  policy.allow_loopback = f.num_nodes == 1;
+  if (!s.ifname.empty() && policy.networks.empty()) {
+    try {
+      policy.networks = interface_networks(s.ifname, net.interfaces());
+    } catch (const LaunchError& e) {
+      throw LaunchError(std::string("failed to use ifname on node ") + f.node_name + ": " +
+                        e.what());
+    }
+  }
+
+  if (s.addr) {
+    p.master_host = s.addr->value;
+    p.addr_source = s.addr->source;
+    p.master_on_first_node = false;
+  } else {
+    if (!rank0_on_first_node(f.distribution)) {
+      throw LaunchError(
+          "failed to establish MASTER_ADDR for step " + p.step +
+          ": with task distribution SLURM_DISTRIBUTION=" + quote(f.distribution) +
+          " global rank 0 need not run on the first node (" + f.first_node +
+          "); name rank 0's host with --ddp-addr=HOST, or use block or cyclic distribution");
+    }
+    p.master_host = f.first_node + s.hostname_suffix;
+    p.addr_source = "first node of the step";
+    p.master_on_first_node = true;
+  }
+  std::vector<IpAddress> candidates;
+  try {
+    candidates = net.resolve(p.master_host);
+  } catch (const LaunchError& e) {
+    throw LaunchError(std::string("failed to establish MASTER_ADDR on node ") + f.node_name +
+                      " (host from " + p.addr_source + "): " + e.what());
+  }
+  p.master_addr = select_address(p.master_host, candidates, policy).str();
+  return p;
+}
+
+DeviceChoice choose_device(uint32_t local_rank, uint32_t local_task_count,
+                           const std::optional<std::string>& cuda_visible_devices,
+                           const std::optional<std::string>& step_gpus, bool bind) {
+  DeviceChoice d;
+  if (!cuda_visible_devices || cuda_visible_devices->empty() ||
+      *cuda_visible_devices == "NoDevFiles") {
+    return d;
+  }
+  auto visible = split(*cuda_visible_devices, ',');
+  visible.erase(std::remove(visible.begin(), visible.end(), std::string()), visible.end());
+  if (visible.empty()) return d;
+  size_t node_count = visible.size();
+  if (step_gpus && !step_gpus->empty()) {
+    auto all = split(*step_gpus, ',');
+    node_count = std::max(node_count, all.size());
+  }
+  uint32_t index = 0;
+  if (visible.size() >= node_count) {  // the task sees every GPU of the step here
+    index = static_cast<uint32_t>(local_rank % visible.size());
+    d.oversubscribed = local_task_count > visible.size();
+  }
+  if (bind) {
+    d.visible_devices = visible[index];
+    index = 0;
+  }
+  d.local_device = index;
+  return d;
+}
+
+std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t,
+                                        const NetworkView& net) {
+  auto fail = [&](const std::string& why) {
+    throw LaunchError("task rank " + std::to_string(t.global_rank) + " of step " + plan.step +
+                      ": " + why);
+  };
+  if (t.global_rank >= plan.world_size) {
+    fail("RANK " + std::to_string(t.global_rank) + " >= WORLD_SIZE " +
+         std::to_string(plan.world_size));
+  }
+  if (t.local_rank >= plan.local_world_size) {
+    fail("LOCAL_RANK " + std::to_string(t.local_rank) + " >= LOCAL_WORLD_SIZE " +
+         std::to_string(plan.local_world_size));
+  }
+  if (t.global_rank == 0) {
+    if (plan.master_on_first_node && plan.node_rank != 0) {
+      fail("global rank 0 runs on node index " + std::to_string(plan.node_rank) +
+           ", not on the first node of the step, so MASTER_ADDR=" + plan.master_addr +
+           " would be wrong; name rank 0's host with --ddp-addr=HOST");
+    }
+    auto master = IpAddress::parse(plan.master_addr);
+    bool local = false;
+    for (const auto& ia : net.interfaces()) local = local || (master && ia.addr == *master);
+    if (!local) {
+      fail("MASTER_ADDR=" + plan.master_addr + " (resolved from '" + plan.master_host + "', " +
+           plan.addr_source + ") is not an address of the node running rank 0; other ranks " +
+           "could not reach the rendezvous. Fix name resolution, hostname_suffix=/network=, or " +
+           "--ddp-addr");
+    }
+  }
+
+  std::vector<EnvChange> env;
+  auto set = [&](const char* k, const std::string& v) { env.push_back({k, v}); };
+  set("RANK", std::to_string(t.global_rank));
+  set("LOCAL_RANK", std::to_string(t.local_rank));
+  set("WORLD_SIZE", std::to_string(plan.world_size));
+  set("LOCAL_WORLD_SIZE", std::to_string(plan.local_world_size));
+  set("NODE_RANK", std::to_string(plan.node_rank));
+  set("GROUP_RANK", std::to_string(plan.node_rank));
+  set("MASTER_ADDR", plan.master_addr);
+  set("MASTER_PORT", std::to_string(plan.port.port));
+  set(kEnvStep, plan.step);
+  set("SLURMDDP_NUM_NODES", std::to_string(plan.num_nodes));
+  DeviceChoice d = choose_device(t.local_rank, plan.local_world_size, t.cuda_visible_devices,
+                                 t.step_gpus, plan.bind_gpu);
+  if (d.local_device) {
+    set("SLURMDDP_LOCAL_DEVICE", std::to_string(*d.local_device));
+  } else {
+    env.push_back({"SLURMDDP_LOCAL_DEVICE", std::nullopt});
+  }
+  if (d.visible_devices) set("CUDA_VISIBLE_DEVICES", *d.visible_devices);
+  if (!plan.ifname.empty()) {
+    set("NCCL_SOCKET_IFNAME", plan.ifname);
+    set("GLOO_SOCKET_IFNAME", plan.ifname);
+    set("SLURMDDP_IFNAME", plan.ifname);
+  }
+  return env;
+}
+
+std::string describe(const StepPlan& p, bool have_token) {
+  std::string s = "step " + p.step + ": WORLD_SIZE=" + std::to_string(p.world_size) +
+                  " nodes=" + std::to_string(p.num_nodes) + " MASTER_ADDR=" + p.master_addr +
+                  " (" + p.master_host + ", " + p.addr_source + ") MASTER_PORT=" +
+                  std::to_string(p.port.port) + " (" + p.port.source + ")";
+  if (!p.ifname.empty()) s += " ifname=" + p.ifname;
+  if (p.bind_gpu) s += " bind_gpu=yes";
+  s += have_token ? " token=set" : " token=none (srun did not load the plugin; rendezvous is open)";
+  return s;
+}
+
+}  // namespace slurmddp::launch

@@ -1,0 +1,119 @@
+// The launch rules: from the facts of a Slurm step and the resolved settings to
+// the rendezvous environment of each task. One implementation, used by the SPANK
+// plugin (facts from spank items) and by the runtime when the plugin is not
+// installed (facts from SLURM_* variables).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "address.h"
+#include "settings.h"
+
+namespace slurmddp::launch {
+
+// Slurm's special step ids (batch script, extern, interactive, pending) are
+// all >= this value; such steps are not task steps and get nothing.
+inline constexpr uint32_t kFirstSpecialStepId = 0xfffffff0u;
+inline bool is_task_step(uint32_t step_id) { return step_id < kFirstSpecialStepId; }
+
+// What the step looks like from one node.
+struct StepFacts {
+  uint32_t job_id = 0;
+  uint32_t step_id = 0;
+  uint32_t num_nodes = 0;         // nodes in the step
+  uint32_t node_id = 0;           // this node's index in the step, 0-based
+  uint32_t local_task_count = 0;  // tasks of the step on this node
+  uint32_t total_task_count = 0;  // tasks in the step
+  std::string first_node;         // first host of SLURM_STEP_NODELIST
+  std::string node_name;          // this node, for messages
+  std::string distribution;       // SLURM_DISTRIBUTION; empty when not set
+  std::string resv_ports;         // SLURM_STEP_RESV_PORTS; empty when none
+};
+
+// Checks the facts are self-consistent (counts non-zero, node_id < num_nodes, ...).
+void check_step_facts(const StepFacts& f);
+
+// "<jobid>.<stepid>"
+std::string step_name(const StepFacts& f);
+
+struct PortChoice {
+  uint16_t port = 0;
+  std::string source;  // for --ddp-verbose and errors
+};
+// MASTER_PORT: explicit setting > first port of SLURM_STEP_RESV_PORTS > a hash
+// of the job id into the port range, offset by the step id, so that steps of
+// one job never share a port (while fewer steps than ports in the range).
+PortChoice choose_port(const Settings& s, const StepFacts& f);
+
+// Whether the step's distribution puts global rank 0 on the first node of the
+// step's node list: true for block, cyclic and plane (and when Slurm did not set
+// one: its default is block), false for arbitrary and anything unknown.
+bool rank0_on_first_node(const std::string& distribution);
+
+// The I/O the plan needs, injectable for tests.
+struct NetworkView {
+  std::function<std::vector<IpAddress>(const std::string& host)> resolve = resolve_host;
+  std::function<std::vector<InterfaceAddress>()> interfaces = local_interface_addresses;
+};
+
+// Node-level decisions, identical on every node of the step.
+struct StepPlan {
+  std::string step;  // "<jobid>.<stepid>"
+  uint32_t world_size = 0;
+  uint32_t num_nodes = 0;
+  uint32_t node_rank = 0;
+  uint32_t local_world_size = 0;
+  std::string master_host;  // the name (or literal) resolved for MASTER_ADDR
+  std::string master_addr;
+  std::string addr_source;  // e.g. "first node of the step" or "--ddp-addr"
+  bool master_on_first_node = true;
+  PortChoice port;
+  std::string ifname;
+  bool bind_gpu = false;
+  bool verbose = false;
+};
+
+// Decides MASTER_ADDR/MASTER_PORT and the node-level values. Throws LaunchError
+// when a value is invalid or MASTER_ADDR cannot be established with certainty.
+StepPlan plan_step(const Settings& s, const StepFacts& f, const NetworkView& net = {});
+
+// What one task sees.
+struct TaskFacts {
+  uint32_t local_rank = 0;
+  uint32_t global_rank = 0;
+  std::optional<std::string> cuda_visible_devices;  // the task's CUDA_VISIBLE_DEVICES
+  std::optional<std::string> step_gpus;             // SLURM_STEP_GPUS on this node
+};
+
+struct DeviceChoice {
+  std::optional<uint32_t> local_device;           // index within CUDA_VISIBLE_DEVICES
+  std::optional<std::string> visible_devices;     // narrowed CUDA_VISIBLE_DEVICES (bind)
+  bool oversubscribed = false;                    // more tasks than visible GPUs share them
+};
+// SLURMDDP_LOCAL_DEVICE: local rank modulo the visible count when the task sees
+// every GPU of the step on this node; 0 when Slurm gave the task its own subset.
+// With `bind`, CUDA_VISIBLE_DEVICES is narrowed to that one GPU (index 0).
+DeviceChoice choose_device(uint32_t local_rank, uint32_t local_task_count,
+                           const std::optional<std::string>& cuda_visible_devices,
+                           const std::optional<std::string>& step_gpus, bool bind);
+
+struct EnvChange {
+  std::string name;
+  std::optional<std::string> value;  // nullopt: unset
+};
+
+// The variables to set (and unset) in one task, after checking the task against
+// the plan (ranks in range; rank 0 on the first node when the plan assumes it;
+// on rank 0's node, MASTER_ADDR is one of its addresses).
+std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t,
+                                        const NetworkView& net = {});
+
+// One line for --ddp-verbose. Never contains the token.
+std::string describe(const StepPlan& plan, bool have_token);
+
+}  // namespace slurmddp::launch

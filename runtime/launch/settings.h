@@ -1,0 +1,99 @@
+// The knobs of the launch rules and where each value comes from.
+//
+// Precedence, written once: command-line option > environment of the step
+// (what srun/sbatch was started with) > plugstack.conf argument > built-in default.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "address.h"
+#include "parse.h"
+
+namespace slurmddp::launch {
+
+// The default port range for hashed ports: above Linux's ephemeral range
+// (32768-60999), so an automatically chosen port never races a client socket.
+inline constexpr PortRange kDefaultPortRange{61000, 65535};
+
+// Admin configuration: the arguments of the plugstack.conf line.
+struct PlugstackConfig {
+  bool enabled_by_default = true;         // default=on|off
+  PortRange port_range = kDefaultPortRange;  // port_range=LO-HI
+  std::vector<Cidr> networks;             // network=CIDR[,CIDR]
+  std::string hostname_suffix;            // hostname_suffix=-ib
+  std::string ifname;                     // ifname=ib0
+  bool bind_gpu = false;                  // bind_gpu=yes|no
+  bool verbose = false;                   // verbose=yes|no
+};
+
+// Parses plugstack arguments ("key=value" each). Unknown keys and bad values
+// throw LaunchError naming the key, the value and the accepted form.
+PlugstackConfig parse_plugstack_args(const std::vector<std::string>& args);
+
+// The accepted plugstack keys with their help text, for docs and errors.
+struct KeyDoc {
+  const char* key;
+  const char* form;
+  const char* default_value;
+  const char* help;
+};
+const std::vector<KeyDoc>& plugstack_keys();
+
+// Raw values of the user's srun/sbatch/salloc options (unset: not given).
+struct UserOptions {
+  std::optional<bool> enable;  // --ddp / --no-ddp
+  std::optional<std::string> port;    // --ddp-port
+  std::optional<std::string> addr;    // --ddp-addr
+  std::optional<std::string> ifname;  // --ddp-ifname
+  std::optional<bool> bind_gpu;       // --ddp-bind-gpu
+  std::optional<bool> verbose;        // --ddp-verbose
+};
+
+// Reads one variable of the step's environment; nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+
+// An explicit value and the name of the option or variable it came from.
+template <typename T>
+struct Sourced {
+  T value{};
+  std::string source;
+};
+
+// Everything resolved, validated and ready for the decisions.
+struct Settings {
+  bool enabled = true;
+  std::optional<Sourced<uint16_t>> port;      // explicit port, if any
+  std::optional<Sourced<std::string>> addr;   // explicit master host/IP, if any
+  std::string ifname;
+  std::vector<Cidr> networks;
+  std::string hostname_suffix;
+  PortRange port_range = kDefaultPortRange;
+  bool bind_gpu = false;
+  bool verbose = false;
+};
+
+// Environment variables that mirror the options.
+inline constexpr const char* kEnvEnable = "SLURMDDP_ENABLE";
+inline constexpr const char* kEnvPort = "SLURMDDP_PORT";
+inline constexpr const char* kEnvAddr = "SLURMDDP_ADDR";
+inline constexpr const char* kEnvIfname = "SLURMDDP_IFNAME";
+inline constexpr const char* kEnvBindGpu = "SLURMDDP_BIND_GPU";
+inline constexpr const char* kEnvVerbose = "SLURMDDP_VERBOSE";
+// Set by the plugin in every task: "<jobid>.<stepid>". When a later srun
+// inherits it, MASTER_PORT in that environment is the plugin's own export of an
+// earlier step, not a user's choice, and is ignored.
+inline constexpr const char* kEnvStep = "SLURMDDP_STEP";
+
+// Applies the precedence and validates every value. `current_step` is
+// "<jobid>.<stepid>" of the step being launched, or empty where unknown (srun
+// before launch), in which case any inherited SLURMDDP_STEP marks MASTER_PORT
+// as inherited.
+Settings resolve_settings(const UserOptions& opts, const EnvLookup& env,
+                          const PlugstackConfig& conf, std::string_view current_step = {});
+
+}  // namespace slurmddp::launch

@@ -1,0 +1,303 @@
+#include "rendezvous.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <map>
+#include <set>
+
+#include "error.h"
+
+namespace slurmddp::launch {
+namespace {
+
+using ::testing::HasSubstr;
+
+IpAddress ip(const char* s) { return *IpAddress::parse(s); }
+
+// A fake network: names resolve from a table; this node has given interfaces.
+struct FakeNet {
+  std::map<std::string, std::vector<IpAddress>> names;
+  std::vector<InterfaceAddress> ifaces;
+  NetworkView view() const {
+    NetworkView v;
+    v.resolve = [this](const std::string& h) {
+      auto it = names.find(h);
+      if (it == names.end()) throw LaunchError("failed to resolve host '" + h + "': not found");
+      return it->second;
+    };
+    v.interfaces = [this] { return ifaces; };
+    return v;
+  }
+};
+
+StepFacts facts(uint32_t node_id = 0) {
+  StepFacts f;
+  f.job_id = 42;
+  f.step_id = 0;
+  f.num_nodes = 2;
+  f.node_id = node_id;
+  f.local_task_count = 4;
+  f.total_task_count = 8;
+  f.first_node = "n1";
+  f.node_name = node_id == 0 ? "n1" : "n2";
+  return f;
+}
+
+FakeNet net_on(const char* node_ip) {
+  FakeNet n;
+  n.names["n1"] = {ip("127.0.1.1"), ip("10.77.0.11")};
+  n.names["n1-ib"] = {ip("10.88.0.11")};
+  n.names["n2"] = {ip("10.77.0.12")};
+  n.ifaces = {{"lo", ip("127.0.0.1"), 8}, {"eth0", ip(node_ip), 24}};
+  return n;
+}
+
+std::map<std::string, std::optional<std::string>> as_map(const std::vector<EnvChange>& v) {
+  std::map<std::string, std::optional<std::string>> m;
+  for (const auto& c : v) m[c.name] = c.value;
+  return m;
+}
+
+TEST(SpecialSteps, AreSkipped) {
+  EXPECT_TRUE(is_task_step(0));
+  EXPECT_TRUE(is_task_step(12345));
+  EXPECT_FALSE(is_task_step(0xfffffffbu));  // batch
+  EXPECT_FALSE(is_task_step(0xfffffffcu));  // extern
+  EXPECT_FALSE(is_task_step(0xfffffffau));  // interactive
+}
+
+TEST(Port, Precedence) {
+  Settings s;
+  StepFacts f = facts();
+  auto hashed = choose_port(s, f);
+  EXPECT_GE(hashed.port, kDefaultPortRange.lo);
+  EXPECT_THAT(hashed.source, HasSubstr("hash of job 42 step 0"));
+  f.resv_ports = "20051-20055";
+  EXPECT_EQ(choose_port(s, f).port, 20051);
+  s.port = Sourced<uint16_t>{29999, "--ddp-port"};
+  EXPECT_EQ(choose_port(s, f).port, 29999);
+  EXPECT_EQ(choose_port(s, f).source, "--ddp-port");
+}
+
+TEST(Port, StepsOfOneJobNeverCollide) {
+  Settings s;
+  s.port_range = PortRange{30000, 30099};
+  for (uint32_t job : {1u, 77u, 123456u, 4000000000u}) {
+    std::set<uint16_t> seen;
+    for (uint32_t step = 0; step < 100; ++step) {
+      StepFacts f = facts();
+      f.job_id = job;
+      f.step_id = step;
+      uint16_t p = choose_port(s, f).port;
+      EXPECT_GE(p, 30000);
+      EXPECT_LE(p, 30099);
+      EXPECT_TRUE(seen.insert(p).second) << "job " << job << " step " << step;
+    }
+  }
+}
+
+TEST(Port, SameOnEveryNode) {
+  Settings s;
+  EXPECT_EQ(choose_port(s, facts(0)).port, choose_port(s, facts(1)).port);
+}
+
+TEST(Distribution, Rank0Placement) {
+  EXPECT_TRUE(rank0_on_first_node(""));
+  EXPECT_TRUE(rank0_on_first_node("block"));
+  EXPECT_TRUE(rank0_on_first_node("cyclic"));
+  EXPECT_TRUE(rank0_on_first_node("block:cyclic"));
+  EXPECT_TRUE(rank0_on_first_node("plane"));
+  EXPECT_TRUE(rank0_on_first_node("Cyclic,Pack"));
+  EXPECT_FALSE(rank0_on_first_node("arbitrary"));
+  EXPECT_FALSE(rank0_on_first_node("something-new"));
+}
+
+TEST(Plan, MasterIsFirstNodesRoutableAddressOnEveryNode) {
+  Settings s;
+  for (uint32_t node : {0u, 1u}) {
+    auto net = net_on(node == 0 ? "10.77.0.11" : "10.77.0.12");
+    StepPlan p = plan_step(s, facts(node), net.view());
+    EXPECT_EQ(p.master_addr, "10.77.0.11");  // not the 127.0.1.1 Debian puts in /etc/hosts
+    EXPECT_EQ(p.node_rank, node);
+    EXPECT_EQ(p.world_size, 8u);
+    EXPECT_EQ(p.local_world_size, 4u);
+    EXPECT_EQ(p.step, "42.0");
+  }
+}
+
+TEST(Plan, HostnameSuffixAndNetworkAndIfname) {
+  auto net = net_on("10.77.0.12");
+  Settings s;
+  s.hostname_suffix = "-ib";
+  EXPECT_EQ(plan_step(s, facts(1), net.view()).master_addr, "10.88.0.11");
+  s.hostname_suffix.clear();
+  s.networks = {parse_cidr("n", "127.0.0.0/8")};
+  // the only address in the network is loopback: refused on a multi-node step
+  EXPECT_THROW(plan_step(s, facts(1), net.view()), LaunchError);
+  s.networks.clear();
+  net.names["n1"].push_back(ip("192.168.7.11"));
+  net.ifaces.push_back({"ib0", ip("192.168.7.12"), 24});
+  s.ifname = "ib0";
+  EXPECT_EQ(plan_step(s, facts(1), net.view()).master_addr, "192.168.7.11");
+  s.ifname = "ib9";
+  try {
+    plan_step(s, facts(1), net.view());
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("failed to use ifname on node n2"));
+    EXPECT_THAT(e.what(), HasSubstr("interface 'ib9'"));
+  }
+}
+
+TEST(Plan, ArbitraryDistributionNeedsExplicitAddress) {
+  auto net = net_on("10.77.0.11");
+  Settings s;
+  StepFacts f = facts();
+  f.distribution = "arbitrary";
+  try {
+    plan_step(s, f, net.view());
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("SLURM_DISTRIBUTION='arbitrary'"));
+    EXPECT_THAT(e.what(), HasSubstr("--ddp-addr"));
+  }
+  s.addr = Sourced<std::string>{"n2", "--ddp-addr"};
+  StepPlan p = plan_step(s, f, net.view());
+  EXPECT_EQ(p.master_addr, "10.77.0.12");
+  EXPECT_FALSE(p.master_on_first_node);
+}
+
+TEST(Plan, UnresolvableAddressNamesHostAndSource) {
+  auto net = net_on("10.77.0.11");
+  Settings s;
+  s.addr = Sourced<std::string>{"no-such-host.invalid", "--ddp-addr"};
+  try {
+    plan_step(s, facts(), net.view());
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("on node n1 (host from --ddp-addr)"));
+    EXPECT_THAT(e.what(), HasSubstr("'no-such-host.invalid'"));
+  }
+}
+
+TEST(Plan, RejectsInconsistentFacts) {
+  StepFacts f = facts();
+  f.node_id = 2;
+  EXPECT_THROW(plan_step(Settings{}, f, net_on("10.77.0.11").view()), LaunchError);
+  f = facts();
+  f.local_task_count = 9;
+  EXPECT_THROW(plan_step(Settings{}, f, net_on("10.77.0.11").view()), LaunchError);
+}
+
+TEST(Device, SharedGpusModuloAndOwnGpuZero) {
+  // every task sees the node's 4 GPUs
+  for (uint32_t r = 0; r < 4; ++r) {
+    auto d = choose_device(r, 4, std::string("0,1,2,3"), std::string("0,1,2,3"), false);
+    EXPECT_EQ(d.local_device, r);
+    EXPECT_FALSE(d.oversubscribed);
+  }
+  EXPECT_EQ(choose_device(5, 8, std::string("0,1,2,3"), std::nullopt, false).local_device, 1u);
+  EXPECT_TRUE(choose_device(5, 8, std::string("0,1,2,3"), std::nullopt, false).oversubscribed);
+  // Slurm bound one GPU per task: index 0 within it
+  EXPECT_EQ(choose_device(3, 4, std::string("3"), std::string("0,1,2,3"), false).local_device,
+            0u);
+  // two GPUs per task, bound
+  EXPECT_EQ(choose_device(1, 2, std::string("2,3"), std::string("0,1,2,3"), false).local_device,
+            0u);
+  // no GPUs
+  EXPECT_FALSE(choose_device(0, 1, std::nullopt, std::nullopt, false).local_device);
+  EXPECT_FALSE(choose_device(0, 1, std::string(""), std::nullopt, false).local_device);
+  EXPECT_FALSE(choose_device(0, 1, std::string("NoDevFiles"), std::nullopt, false).local_device);
+}
+
+TEST(Device, BindNarrowsVisibleDevices) {
+  auto d = choose_device(2, 4, std::string("4,5,6,7"), std::string("4,5,6,7"), true);
+  EXPECT_EQ(d.visible_devices, "6");
+  EXPECT_EQ(d.local_device, 0u);
+  auto u = choose_device(1, 2, std::string("GPU-aa,GPU-bb"), std::nullopt, true);
+  EXPECT_EQ(u.visible_devices, "GPU-bb");
+}
+
+TEST(TaskEnv, ExportsTheTorchrunContract) {
+  auto net = net_on("10.77.0.12");
+  Settings s;
+  StepPlan p = plan_step(s, facts(1), net.view());
+  TaskFacts t;
+  t.local_rank = 1;
+  t.global_rank = 5;
+  t.cuda_visible_devices = "0,1,2,3";
+  auto env = as_map(task_environment(p, t, net.view()));
+  EXPECT_EQ(env["RANK"], "5");
+  EXPECT_EQ(env["LOCAL_RANK"], "1");
+  EXPECT_EQ(env["WORLD_SIZE"], "8");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "4");
+  EXPECT_EQ(env["NODE_RANK"], "1");
+  EXPECT_EQ(env["GROUP_RANK"], "1");
+  EXPECT_EQ(env["MASTER_ADDR"], "10.77.0.11");
+  EXPECT_EQ(env["MASTER_PORT"], std::to_string(p.port.port));
+  EXPECT_EQ(env["SLURMDDP_STEP"], "42.0");
+  EXPECT_EQ(env["SLURMDDP_LOCAL_DEVICE"], "1");
+  EXPECT_EQ(env.count("NCCL_SOCKET_IFNAME"), 0u);
+  EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
+}
+
+TEST(TaskEnv, IfnameExportsSocketVariables) {
+  auto net = net_on("10.77.0.11");
+  Settings s;
+  s.ifname = "eth0";
+  StepPlan p = plan_step(s, facts(0), net.view());
+  auto env = as_map(task_environment(p, TaskFacts{}, net.view()));
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "eth0");
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth0");
+  EXPECT_EQ(env["SLURMDDP_LOCAL_DEVICE"], std::nullopt);  // no GPU: unset
+}
+
+TEST(TaskEnv, Rank0MustOwnMasterAddr) {
+  auto net = net_on("10.77.0.11");
+  StepPlan p = plan_step(Settings{}, facts(0), net.view());
+  EXPECT_NO_THROW(task_environment(p, TaskFacts{}, net.view()));
+  auto other = net_on("10.77.0.99");  // rank 0 is not on the resolved host
+  try {
+    task_environment(p, TaskFacts{}, other.view());
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("MASTER_ADDR=10.77.0.11"));
+    EXPECT_THAT(e.what(), HasSubstr("is not an address of the node running rank 0"));
+  }
+}
+
+TEST(TaskEnv, Rank0OffTheFirstNodeIsAnError) {
+  auto net = net_on("10.77.0.12");
+  StepPlan p = plan_step(Settings{}, facts(1), net.view());
+  TaskFacts t;  // global rank 0 on node 1
+  try {
+    task_environment(p, t, net.view());
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("global rank 0 runs on node index 1"));
+  }
+}
+
+TEST(TaskEnv, RanksOutOfRange) {
+  auto net = net_on("10.77.0.11");
+  StepPlan p = plan_step(Settings{}, facts(0), net.view());
+  TaskFacts t;
+  t.global_rank = 8;
+  EXPECT_THROW(task_environment(p, t, net.view()), LaunchError);
+  t.global_rank = 1;
+  t.local_rank = 4;
+  EXPECT_THROW(task_environment(p, t, net.view()), LaunchError);
+}
+
+TEST(Describe, NeverPrintsTheToken) {
+  auto net = net_on("10.77.0.11");
+  StepPlan p = plan_step(Settings{}, facts(0), net.view());
+  std::string line = describe(p, true);
+  EXPECT_THAT(line, HasSubstr("MASTER_ADDR=10.77.0.11"));
+  EXPECT_THAT(line, HasSubstr("token=set"));
+}
+
+}  // namespace
+}  // namespace slurmddp::launch

@@ -1,0 +1,147 @@
+#include "settings.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "error.h"
+
+namespace slurmddp::launch {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct FakeEnv {
+  std::map<std::string, std::string> vars;
+  EnvLookup lookup() const {
+    return [this](const char* n) -> std::optional<std::string> {
+      auto it = vars.find(n);
+      if (it == vars.end()) return std::nullopt;
+      return it->second;
+    };
+  }
+};
+
+std::string error_of(const std::vector<std::string>& args) {
+  try {
+    parse_plugstack_args(args);
+  } catch (const LaunchError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Plugstack, Defaults) {
+  auto c = parse_plugstack_args({});
+  EXPECT_TRUE(c.enabled_by_default);
+  EXPECT_EQ(c.port_range, kDefaultPortRange);
+  EXPECT_GT(c.port_range.lo, 60999);  // above Linux's ephemeral range
+  EXPECT_TRUE(c.networks.empty());
+  EXPECT_FALSE(c.bind_gpu);
+}
+
+TEST(Plugstack, EveryKey) {
+  auto c = parse_plugstack_args({"default=off", "port_range=20000-20099", "network=10.0.0.0/8",
+                                 "hostname_suffix=-ib", "ifname=ib0", "bind_gpu=yes",
+                                 "verbose=on"});
+  EXPECT_FALSE(c.enabled_by_default);
+  EXPECT_EQ(c.port_range.lo, 20000);
+  EXPECT_EQ(c.port_range.hi, 20099);
+  ASSERT_EQ(c.networks.size(), 1u);
+  EXPECT_EQ(c.networks[0].str(), "10.0.0.0/8");
+  EXPECT_EQ(c.hostname_suffix, "-ib");
+  EXPECT_EQ(c.ifname, "ib0");
+  EXPECT_TRUE(c.bind_gpu);
+  EXPECT_TRUE(c.verbose);
+  EXPECT_EQ(plugstack_keys().size(), 7u);
+}
+
+TEST(Plugstack, StrictErrorsNameKeyValueAndForm) {
+  EXPECT_THAT(error_of({"colour=blue"}), HasSubstr("unknown plugstack argument 'colour'"));
+  EXPECT_THAT(error_of({"colour=blue"}), HasSubstr("accepted keys: default, port_range"));
+  EXPECT_THAT(error_of({"verbose"}), HasSubstr("expected key=value"));
+  EXPECT_THAT(error_of({"default=maybe"}),
+              HasSubstr("invalid plugstack argument default='maybe': expected one of yes|no"));
+  EXPECT_THAT(error_of({"port_range=9-1"}),
+              HasSubstr("invalid plugstack argument port_range='9-1'"));
+  EXPECT_THAT(error_of({"network=10.0.0.0/40"}), HasSubstr("network prefix length='40'"));
+  EXPECT_THAT(error_of({"ifname=a b"}), HasSubstr("ifname='a b'"));
+}
+
+TEST(Resolve, PrecedenceOptionOverEnvironmentOverPlugstack) {
+  PlugstackConfig conf;
+  conf.ifname = "eth0";
+  conf.enabled_by_default = false;
+  FakeEnv env;
+  UserOptions opts;
+  auto s = resolve_settings(opts, env.lookup(), conf);
+  EXPECT_FALSE(s.enabled);
+  EXPECT_EQ(s.ifname, "eth0");
+  env.vars[kEnvEnable] = "yes";
+  env.vars[kEnvIfname] = "ib0";
+  s = resolve_settings(opts, env.lookup(), conf);
+  EXPECT_TRUE(s.enabled);
+  EXPECT_EQ(s.ifname, "ib0");
+  opts.enable = false;
+  opts.ifname = "ib1";
+  s = resolve_settings(opts, env.lookup(), conf);
+  EXPECT_FALSE(s.enabled);
+  EXPECT_EQ(s.ifname, "ib1");
+}
+
+TEST(Resolve, PortSources) {
+  PlugstackConfig conf;
+  FakeEnv env;
+  UserOptions opts;
+  EXPECT_FALSE(resolve_settings(opts, env.lookup(), conf).port.has_value());
+  env.vars["MASTER_PORT"] = "29500";
+  auto s = resolve_settings(opts, env.lookup(), conf);
+  ASSERT_TRUE(s.port);
+  EXPECT_EQ(s.port->value, 29500);
+  EXPECT_EQ(s.port->source, "MASTER_PORT");
+  env.vars[kEnvPort] = "29600";
+  EXPECT_EQ(resolve_settings(opts, env.lookup(), conf).port->value, 29600);
+  opts.port = "29999";
+  s = resolve_settings(opts, env.lookup(), conf);
+  EXPECT_EQ(s.port->value, 29999);
+  EXPECT_EQ(s.port->source, "--ddp-port");
+}
+
+TEST(Resolve, InheritedMasterPortOfAnEarlierStepIsIgnored) {
+  PlugstackConfig conf;
+  FakeEnv env;
+  env.vars["MASTER_PORT"] = "61234";
+  env.vars[kEnvStep] = "7.0";
+  EXPECT_FALSE(resolve_settings({}, env.lookup(), conf, "7.1").port.has_value());
+  EXPECT_FALSE(resolve_settings({}, env.lookup(), conf, "").port.has_value());
+  // the step's own marker (already exported) does not hide a user's port
+  EXPECT_TRUE(resolve_settings({}, env.lookup(), conf, "7.0").port.has_value());
+}
+
+TEST(Resolve, BadValuesNameTheirSource) {
+  PlugstackConfig conf;
+  FakeEnv env;
+  UserOptions opts;
+  opts.port = "abc";
+  try {
+    resolve_settings(opts, env.lookup(), conf);
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("invalid --ddp-port='abc'"));
+  }
+  opts.port.reset();
+  env.vars["MASTER_PORT"] = "70000";
+  try {
+    resolve_settings(opts, env.lookup(), conf);
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("invalid MASTER_PORT='70000'"));
+  }
+  env.vars.clear();
+  env.vars[kEnvAddr] = "bad host";
+  EXPECT_THROW(resolve_settings(opts, env.lookup(), conf), LaunchError);
+}
+
+}  // namespace
+}  // namespace slurmddp::launch
