@@ -57,6 +57,7 @@ struct Context {
   std::optional<launch::StepPlan> plan;
   std::string plan_error;
   bool have_token = false;
+  std::optional<std::string> node_gpus;  // the step's GPUs on this node, before per-task binding
 };
 Context g;
 
@@ -139,6 +140,7 @@ void plan_remote(spank_t sp) {
   f.resv_ports = remote_getenv(sp, "SLURM_STEP_RESV_PORTS").value_or("");
   auto token = remote_getenv(sp, plugin::kEnvToken);
   g.have_token = token && !token->empty();
+  g.node_gpus = remote_getenv(sp, "CUDA_VISIBLE_DEVICES");
   g.plan = launch::plan_step(s, f);
 }
 
@@ -158,11 +160,12 @@ int apply_remote(spank_t sp) {
   t.local_rank = static_cast<uint32_t>(local_id);
   t.global_rank = global_id;
   t.cuda_visible_devices = remote_getenv(sp, "CUDA_VISIBLE_DEVICES");
-  t.step_gpus = remote_getenv(sp, "SLURM_STEP_GPUS");
+  t.node_gpus = g.node_gpus;
   for (const auto& change : launch::task_environment(*g.plan, t)) {
-    spank_err_t rc = change.value ? spank_setenv(sp, change.name.c_str(), change.value->c_str(), 1)
+    spank_err_t rc = change.value ? spank_setenv(sp, change.name.c_str(), change.value->c_str(),
+                                                 change.overwrite ? 1 : 0)
                                   : spank_unsetenv(sp, change.name.c_str());
-    if (rc != ESPANK_SUCCESS && change.value) {
+    if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_EXISTS && change.value) {
       throw launch::LaunchError("failed to set " + change.name + ": " + spank_strerror(rc));
     }
   }

@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -215,6 +216,49 @@ std::vector<InterfaceAddress> local_interface_addresses() {
     out.push_back(ia);
   }
   return out;
+}
+
+std::optional<IpAddress> route_source_address(const IpAddress& dest) {
+  int fd = socket(dest.family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (dest.family == AF_INET) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(9);
+    std::memcpy(&sin->sin_addr, dest.bytes.data(), 4);
+    len = sizeof(sockaddr_in);
+  } else {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(9);
+    std::memcpy(&sin6->sin6_addr, dest.bytes.data(), 16);
+    len = sizeof(sockaddr_in6);
+  }
+  std::optional<IpAddress> out;
+  sockaddr_storage local{};
+  socklen_t local_len = sizeof local;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0) {
+    IpAddress a;
+    a.family = dest.family;
+    if (dest.family == AF_INET) {
+      std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, 4);
+    } else {
+      std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, 16);
+    }
+    out = a;
+  }
+  close(fd);
+  return out;
+}
+
+std::string interface_of(const IpAddress& addr, const std::vector<InterfaceAddress>& table) {
+  for (const auto& ia : table) {
+    if (ia.addr == addr) return ia.ifname;
+  }
+  return {};
 }
 
 std::vector<Cidr> interface_networks(std::string_view ifname,

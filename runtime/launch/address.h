@@ -66,6 +66,13 @@ struct InterfaceAddress {
 // This machine's interface addresses (getifaddrs).
 std::vector<InterfaceAddress> local_interface_addresses();
 
+// The local address the kernel would use as source to reach `dest` (a UDP
+// connect, nothing is sent); nullopt when there is no route.
+std::optional<IpAddress> route_source_address(const IpAddress& dest);
+
+// The interface in `table` that holds `addr`; empty when none does.
+std::string interface_of(const IpAddress& addr, const std::vector<InterfaceAddress>& table);
+
 // The networks of interface `ifname` in `table`; throws LaunchError listing the
 // interfaces that exist when it has none.
 std::vector<Cidr> interface_networks(std::string_view ifname,

@@ -117,13 +117,19 @@ StepPlan plan_step(const Settings& s, const StepFacts& f, const NetworkView& net
     throw LaunchError(std::string("failed to establish MASTER_ADDR on node ") + f.node_name +
                       " (host from " + p.addr_source + "): " + e.what());
   }
-  p.master_addr = select_address(p.master_host, candidates, policy).str();
+  IpAddress master = select_address(p.master_host, candidates, policy);
+  p.master_addr = master.str();
+  if (!s.ifname.empty()) {
+    p.route_ifname = s.ifname;
+  } else if (auto src = net.route_source(master)) {
+    p.route_ifname = interface_of(*src, net.interfaces());
+  }
   return p;
 }
 
 DeviceChoice choose_device(uint32_t local_rank, uint32_t local_task_count,
                            const std::optional<std::string>& cuda_visible_devices,
-                           const std::optional<std::string>& step_gpus, bool bind) {
+                           const std::optional<std::string>& node_gpus, bool bind) {
   DeviceChoice d;
   if (!cuda_visible_devices || cuda_visible_devices->empty() ||
       *cuda_visible_devices == "NoDevFiles") {
@@ -133,8 +139,8 @@ DeviceChoice choose_device(uint32_t local_rank, uint32_t local_task_count,
   visible.erase(std::remove(visible.begin(), visible.end(), std::string()), visible.end());
   if (visible.empty()) return d;
   size_t node_count = visible.size();
-  if (step_gpus && !step_gpus->empty()) {
-    auto all = split(*step_gpus, ',');
+  if (node_gpus && !node_gpus->empty()) {
+    auto all = split(*node_gpus, ',');
     node_count = std::max(node_count, all.size());
   }
   uint32_t index = 0;
@@ -194,7 +200,7 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
   set(kEnvStep, plan.step);
   set("SLURMDDP_NUM_NODES", std::to_string(plan.num_nodes));
   DeviceChoice d = choose_device(t.local_rank, plan.local_world_size, t.cuda_visible_devices,
-                                 t.step_gpus, plan.bind_gpu);
+                                 t.node_gpus, plan.bind_gpu);
   if (d.local_device) {
     set("SLURMDDP_LOCAL_DEVICE", std::to_string(*d.local_device));
   } else {
@@ -205,6 +211,8 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
     set("NCCL_SOCKET_IFNAME", plan.ifname);
     set("GLOO_SOCKET_IFNAME", plan.ifname);
     set("SLURMDDP_IFNAME", plan.ifname);
+  } else if (!plan.route_ifname.empty()) {  // Note [GLOO_SOCKET_IFNAME]
+    env.push_back({"GLOO_SOCKET_IFNAME", plan.route_ifname, /*overwrite=*/false});
   }
   return env;
 }
@@ -215,6 +223,7 @@ std::string describe(const StepPlan& p, bool have_token) {
                   " (" + p.master_host + ", " + p.addr_source + ") MASTER_PORT=" +
                   std::to_string(p.port.port) + " (" + p.port.source + ")";
   if (!p.ifname.empty()) s += " ifname=" + p.ifname;
+  if (p.ifname.empty() && !p.route_ifname.empty()) s += " route_ifname=" + p.route_ifname;
   if (p.bind_gpu) s += " bind_gpu=yes";
   s += have_token ? " token=set" : " token=none (srun did not load the plugin; rendezvous is open)";
   return s;

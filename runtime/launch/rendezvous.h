@@ -59,6 +59,7 @@ bool rank0_on_first_node(const std::string& distribution);
 struct NetworkView {
   std::function<std::vector<IpAddress>(const std::string& host)> resolve = resolve_host;
   std::function<std::vector<InterfaceAddress>()> interfaces = local_interface_addresses;
+  std::function<std::optional<IpAddress>(const IpAddress&)> route_source = route_source_address;
 };
 
 // Node-level decisions, identical on every node of the step.
@@ -73,7 +74,8 @@ struct StepPlan {
   std::string addr_source;  // e.g. "first node of the step" or "--ddp-addr"
   bool master_on_first_node = true;
   PortChoice port;
-  std::string ifname;
+  std::string ifname;        // explicit interface (ifname=, --ddp-ifname)
+  std::string route_ifname;  // this node's interface toward MASTER_ADDR; empty if unknown
   bool bind_gpu = false;
   bool verbose = false;
 };
@@ -87,7 +89,9 @@ struct TaskFacts {
   uint32_t local_rank = 0;
   uint32_t global_rank = 0;
   std::optional<std::string> cuda_visible_devices;  // the task's CUDA_VISIBLE_DEVICES
-  std::optional<std::string> step_gpus;             // SLURM_STEP_GPUS on this node
+  // CUDA_VISIBLE_DEVICES of the step on this node before Slurm's per-task binding
+  // (what slurmstepd sees at user_init).
+  std::optional<std::string> node_gpus;
 };
 
 struct DeviceChoice {
@@ -96,20 +100,30 @@ struct DeviceChoice {
   bool oversubscribed = false;                    // more tasks than visible GPUs share them
 };
 // SLURMDDP_LOCAL_DEVICE: local rank modulo the visible count when the task sees
-// every GPU of the step on this node; 0 when Slurm gave the task its own subset.
+// every GPU of the step on this node (`node_gpus`); 0 when Slurm gave the task
+// its own subset.
 // With `bind`, CUDA_VISIBLE_DEVICES is narrowed to that one GPU (index 0).
 DeviceChoice choose_device(uint32_t local_rank, uint32_t local_task_count,
                            const std::optional<std::string>& cuda_visible_devices,
-                           const std::optional<std::string>& step_gpus, bool bind);
+                           const std::optional<std::string>& node_gpus, bool bind);
 
 struct EnvChange {
   std::string name;
   std::optional<std::string> value;  // nullopt: unset
+  bool overwrite = true;             // false: keep a value the user already set
 };
 
 // The variables to set (and unset) in one task, after checking the task against
 // the plan (ranks in range; rank 0 on the first node when the plan assumes it;
 // on rank 0's node, MASTER_ADDR is one of its addresses).
+//
+// Note [GLOO_SOCKET_IFNAME]
+//   PyTorch's Gloo binds to whatever the node's hostname resolves to unless
+//   GLOO_SOCKET_IFNAME is set; on Debian-style hosts that is 127.0.1.1 and the
+//   other ranks' connections are refused. So each node exports the interface
+//   its route to MASTER_ADDR leaves through, unless the user set one already.
+//   NCCL_SOCKET_IFNAME is exported only with an explicit ifname: NCCL's own
+//   choice (InfiniBand first) is usually better than the rendezvous network.
 std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t,
                                         const NetworkView& net = {});
 

@@ -28,6 +28,12 @@ struct FakeNet {
       return it->second;
     };
     v.interfaces = [this] { return ifaces; };
+    v.route_source = [this](const IpAddress& dest) -> std::optional<IpAddress> {
+      for (const auto& ia : ifaces) {
+        if (Cidr{ia.addr, ia.prefix}.contains(dest)) return ia.addr;
+      }
+      return std::nullopt;
+    };
     return v;
   }
 };
@@ -241,6 +247,11 @@ TEST(TaskEnv, ExportsTheTorchrunContract) {
   EXPECT_EQ(env["SLURMDDP_LOCAL_DEVICE"], "1");
   EXPECT_EQ(env.count("NCCL_SOCKET_IFNAME"), 0u);
   EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
+  // the interface toward MASTER_ADDR, without overwriting a user's choice
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth0");
+  for (const auto& c : task_environment(p, t, net.view())) {
+    EXPECT_EQ(c.overwrite, c.name != "GLOO_SOCKET_IFNAME") << c.name;
+  }
 }
 
 TEST(TaskEnv, IfnameExportsSocketVariables) {

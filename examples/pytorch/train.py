@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Plain PyTorch DDP training with no Slurm code at all.
+
+Under srun with slurm-ddp installed, every task already has RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT (and GLOO_SOCKET_IFNAME), so the standard
+env:// initialization just works:
+
+    srun -N 2 -n 8 --ntasks-per-node=4 python3 train.py --epochs 2
+
+Trains a small MLP on Fashion-MNIST (Debian package dataset-fashion-mnist).
+"""
+import argparse
+import gzip
+import os
+import struct
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        magic, = struct.unpack(">I", f.read(4))
+        ndim = magic & 0xFF
+        dims = struct.unpack(">" + "I" * ndim, f.read(4 * ndim))
+        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).reshape(dims)
+
+
+def load(data_dir, split):
+    prefix = "train" if split == "train" else "t10k"
+    images = os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz")
+    labels = os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz")
+    for p in (images, labels):
+        if not os.path.exists(p):
+            raise SystemExit(f"train.py: dataset file {p} is missing; install the Debian package "
+                             f"dataset-fashion-mnist or pass --data DIR")
+    x = read_idx(images).float().div_(255.0).sub_(0.2860).div_(0.3530).reshape(-1, 28 * 28)
+    y = read_idx(labels).long()
+    return TensorDataset(x, y)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=os.environ.get("FASHION_MNIST_DIR", DEFAULT_DATA))
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=64, help="per rank")
+    ap.add_argument("--lr", type=float, default=0.05)
+    args = ap.parse_args()
+
+    torch.set_num_threads(1)
+    use_cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if use_cuda else "gloo")  # env:// from the plugin
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cpu")
+    if use_cuda:
+        device = torch.device("cuda", int(os.environ.get("SLURMDDP_LOCAL_DEVICE", "0")))
+        torch.cuda.set_device(device)
+    print(f"rank {rank}/{world} on {os.uname().nodename}: MASTER_ADDR={os.environ['MASTER_ADDR']} "
+          f"MASTER_PORT={os.environ['MASTER_PORT']} LOCAL_RANK={os.environ['LOCAL_RANK']} "
+          f"device={device}", flush=True)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
+    model = DDP(model, device_ids=[device.index] if use_cuda else None)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+
+    train, test = load(args.data, "train"), load(args.data, "test")
+    sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        model.train()
+        start, seen, loss_sum = time.time(), 0, 0.0
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            seen += len(y)
+            loss_sum += loss.item() * len(y)
+        stats = torch.tensor([loss_sum, float(seen)], device=device)
+        dist.all_reduce(stats)
+        model.eval()
+        with torch.no_grad():
+            correct = (model.module(test.tensors[0].to(device)).argmax(1) == test.tensors[1].to(device)).sum()
+        if rank == 0:
+            elapsed = time.time() - start
+            print(f"epoch {epoch + 1}: loss {stats[0].item() / stats[1].item():.4f} "
+                  f"test accuracy {100.0 * correct.item() / len(test):.2f}% "
+                  f"{stats[1].item() / elapsed:.0f} samples/s", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+#include "cluster.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+namespace slurmddp::systest {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+bool g_available = false;
+bool g_started_here = false;
+std::string g_why;
+
+}  // namespace
+
+std::string plugin_path() { return env_or("SLURMDDP_PLUGIN", ""); }
+std::string harness_path() { return env_or("SLURMDDP_CLUSTER_SCRIPT", ""); }
+std::string probe_path() { return env_or("SLURMDDP_PROBE", ""); }
+std::string source_dir() { return env_or("SLURMDDP_SOURCE_DIR", ""); }
+
+std::string jobs_dir() {
+  std::string dir = env_or("SLURMDDP_CLUSTER_DIR", source_dir() + "/.cluster") + "/jobs";
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string fresh_dir(const std::string& name) {
+  fs::path p = fs::path(jobs_dir()) / (name + "-" + std::to_string(getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+Result run(const std::string& command, std::chrono::seconds timeout, const std::string& cwd) {
+  Result r;
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return r;
+  std::string dir = cwd.empty() ? jobs_dir() : cwd;
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    if (chdir(dir.c_str()) != 0) _exit(127);
+    execl("/bin/bash", "bash", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      // srun cancels its step on SIGTERM; a SIGKILL would leave the job allocated.
+      r.timed_out = true;
+      kill(-pid, SIGTERM);
+      auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      int st = 0;
+      while (waitpid(pid, &st, WNOHANG) == 0 && std::chrono::steady_clock::now() < grace) {
+        poll(nullptr, 0, 50);
+      }
+      kill(-pid, SIGKILL);
+      break;
+    }
+    if (poll(fds, 2, static_cast<int>(left.count())) < 0) continue;
+    for (auto& f : fds) {
+      if (f.fd < 0 || (f.revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      ssize_t n = read(f.fd, buf, sizeof buf);
+      if (n <= 0) {
+        close(f.fd);
+        f.fd = -1;
+        --open_fds;
+      } else {
+        (f.fd == out_pipe[0] ? r.out : r.err).append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
+  for (auto& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) status = 0;
+  if (r.timed_out) {
+    r.rc = 124;
+  } else if (WIFEXITED(status)) {
+    r.rc = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    r.rc = 128 + WTERMSIG(status);
+  }
+  return r;
+}
+
+bool ClusterEnvironment::available() { return g_available; }
+const std::string& ClusterEnvironment::why_unavailable() { return g_why; }
+
+void ClusterEnvironment::SetUp() {
+  if (geteuid() != 0) {
+    g_why = "system tests need root (network namespaces, slurmd); run them as root";
+    std::fprintf(stderr, "SKIPPING system tests: %s\n", g_why.c_str());
+    return;
+  }
+  if (run("command -v slurmctld && command -v slurmd && command -v srun").rc != 0) {
+    g_why = "Slurm is not installed (slurmctld, slurmd, srun); run scripts/install-deps";
+    std::fprintf(stderr, "SKIPPING system tests: %s\n", g_why.c_str());
+    return;
+  }
+  std::string script = harness_path();
+  g_started_here = run("'" + script + "' status").rc != 0;
+  Result up = run("'" + script + "' up --plugin '" + plugin_path() + "'", std::chrono::seconds(90));
+  if (up.rc != 0) {
+    g_why = "the test cluster did not start: " + up.err;
+    FAIL() << g_why;
+  }
+  setenv("SLURM_CONF", (env_or("SLURMDDP_CLUSTER_DIR", source_dir() + "/.cluster") +
+                        "/etc/slurm.conf").c_str(), 1);
+  // Jobs left over from an interrupted run would hold the nodes.
+  run("scancel --full --user=root; for i in $(seq 200); do [ -z \"$(squeue -h)\" ] && exit 0; "
+      "sleep 0.1; done; exit 1");
+  g_available = true;
+}
+
+void ClusterEnvironment::TearDown() {
+  if (!g_available) return;
+  run("'" + harness_path() + "' plugstack --plugin '" + plugin_path() + "'");
+  if (g_started_here && std::getenv("SLURMDDP_KEEP_CLUSTER") == nullptr) {
+    run("'" + harness_path() + "' down", std::chrono::seconds(60));
+  }
+}
+
+PlugstackArgs::PlugstackArgs(const std::string& args) {
+  Result r = run("'" + harness_path() + "' plugstack --plugin '" + plugin_path() + "' --args '" +
+                 args + "'");
+  EXPECT_EQ(r.rc, 0) << r.err;
+}
+
+PlugstackArgs::~PlugstackArgs() {
+  run("'" + harness_path() + "' plugstack --plugin '" + plugin_path() + "'");
+}
+
+std::vector<Fields> parse_lines(const std::string& text, const std::string& prefix) {
+  std::vector<Fields> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    Fields f;
+    std::istringstream words(line);
+    std::string w;
+    while (words >> w) {
+      auto eq = w.find('=');
+      if (eq != std::string::npos) f[w.substr(0, eq)] = w.substr(eq + 1);
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::map<std::string, std::string> node_states() {
+  std::map<std::string, std::string> states;
+  Result r = run("sinfo -h -N -o '%N %T'");
+  std::istringstream in(r.out);
+  std::string node, state;
+  while (in >> node >> state) states[node] = state;
+  return states;
+}
+
+}  // namespace slurmddp::systest

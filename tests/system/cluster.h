@@ -1,0 +1,65 @@
+// Helpers for system tests on the real test cluster (tests/cluster/slurm-cluster):
+// a GoogleTest environment that brings the cluster up (and down only if it
+// started it), a command runner with a hard timeout, and parsers for probe lines.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace slurmddp::systest {
+
+struct Result {
+  int rc = -1;          // exit status, 128+signal, or 124 on timeout
+  std::string out;
+  std::string err;
+  bool timed_out = false;
+};
+
+// Runs `command` with /bin/bash -c in `cwd` (default: the cluster's shared job
+// directory), killing its whole process group after `timeout`.
+Result run(const std::string& command, std::chrono::seconds timeout = std::chrono::seconds(60),
+           const std::string& cwd = "");
+
+// Paths and settings passed in by meson (environment variables of the test).
+std::string plugin_path();    // SLURMDDP_PLUGIN
+std::string harness_path();   // SLURMDDP_CLUSTER_SCRIPT
+std::string probe_path();     // SLURMDDP_PROBE
+std::string source_dir();     // SLURMDDP_SOURCE_DIR
+std::string jobs_dir();       // a directory every node sees, for job output
+std::string fresh_dir(const std::string& name);  // a new empty dir under jobs_dir()
+
+// Brings the cluster up for the test program; skips every test (with the reason
+// printed) when not root or Slurm is not installed.
+class ClusterEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override;
+  void TearDown() override;
+  static bool available();
+  static const std::string& why_unavailable();
+};
+
+#define REQUIRE_CLUSTER()                                                          \
+  do {                                                                             \
+    if (!::slurmddp::systest::ClusterEnvironment::available())                     \
+      GTEST_SKIP() << ::slurmddp::systest::ClusterEnvironment::why_unavailable();  \
+  } while (0)
+
+// Sets the plugstack line's arguments (and restores the default on destruction).
+class PlugstackArgs {
+ public:
+  explicit PlugstackArgs(const std::string& args);
+  ~PlugstackArgs();
+};
+
+using Fields = std::map<std::string, std::string>;
+// Parses "k=v k=v" lines that start with `prefix` (e.g. "host=").
+std::vector<Fields> parse_lines(const std::string& text, const std::string& prefix = "host=");
+
+// Every node's state letter from sinfo, e.g. {"n1": "idle", "n2": "idle"}.
+std::map<std::string, std::string> node_states();
+
+}  // namespace slurmddp::systest
