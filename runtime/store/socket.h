@@ -1,0 +1,62 @@
+// Small POSIX socket helpers for the TCP store: an owning fd, listening,
+// one connect attempt with a deadline, and names for messages.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace slurmddp::store {
+
+using Clock = std::chrono::steady_clock;
+
+// Owns a file descriptor; closes it on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// "host:port", with brackets around IPv6 literals.
+std::string format_endpoint(const std::string& host, uint16_t port);
+
+// The peer address of a connected socket as "addr:port" ("?" if unknown).
+std::string peer_name(int fd);
+
+// A non-blocking listening socket on bind_host:port (empty host: every
+// interface, IPv6 and IPv4). Writes the bound port to *bound. Throws Error.
+Fd listen_tcp(const std::string& bind_host, uint16_t port, uint16_t* bound);
+
+// One attempt to connect to every address of host:port in turn, each bounded by
+// `deadline`. Returns a connected non-blocking socket with TCP_NODELAY, or an
+// invalid Fd with the cause in *why.
+Fd connect_once(const std::string& host, uint16_t port, Clock::time_point deadline,
+                std::string* why);
+
+// Milliseconds from now until `deadline` for poll(2): 0 when past, capped.
+int poll_timeout(Clock::time_point deadline);
+
+// Sets O_NONBLOCK; throws Error on failure.
+void set_nonblocking(int fd);
+
+}  // namespace slurmddp::store

@@ -1,0 +1,584 @@
+// The TCP store client: connects with retry and backoff, authenticates, then
+// multiplexes the requests of any number of threads over one connection.
+//
+// Note [Store client leader/follower]
+// Replies carry the request id and may come out of order (a parked get is
+// answered after later requests). No background thread reads them: a calling
+// thread whose reply has not arrived becomes the reader if nobody else is,
+// reads what the socket has, hands each reply to the thread that owns its id,
+// and gives up the reader role; the others sleep on a condition variable
+// until their reply is handed over or their deadline passes. So a client costs
+// one socket and no thread, and a blocked get in one thread never delays
+// another thread's set.
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "common/log.h"
+#include "parse.h"
+#include "slurmddp/error.h"
+#include "slurmddp/tcp_store.h"
+#include "store/auth.h"
+#include "store/kv_table.h"
+#include "store/socket.h"
+#include "store/wire.h"
+
+namespace slurmddp {
+
+namespace {
+
+using store::Clock;
+using store::Fd;
+namespace wire = store::wire;
+namespace auth = store::auth;
+using launch::quote;
+
+constexpr Millis kFirstBackoff{10};
+constexpr Millis kMaxBackoff{1000};
+// How much longer than a get/wait timeout the client waits for the server's
+// own timeout reply before it gives up on the server.
+constexpr Millis kReplyGrace{5000};
+constexpr Millis kMaxWait = std::chrono::hours(24 * 365);
+
+struct Reply {
+  wire::Type type{};
+  std::vector<uint8_t> payload;
+};
+
+// Thrown inside connect() for failures worth another attempt.
+struct RetryableError {
+  std::string why;
+};
+
+class TcpClient final : public TcpStore {
+ public:
+  TcpClient(const TcpStoreOptions& o, std::string host, uint16_t port,
+            std::unique_ptr<TcpStoreServer> server)
+      : opts_(o),
+        host_(std::move(host)),
+        port_(port),
+        endpoint_(store::format_endpoint(host_, port_)),
+        server_(std::move(server)) {}
+
+  void connect();
+
+  std::string endpoint() const override { return endpoint_; }
+  uint16_t port() const override { return port_; }
+  TcpStoreServer* server() const override { return server_.get(); }
+
+  void set(const std::string& key, const Bytes& value) override {
+    store::validate_key("set", key);
+    store::validate_value("set", key, value.size());
+    wire::Writer w(wire::Type::kSet, 0);
+    w.str(key);
+    w.bytes(value.data(), value.size());
+    expect(call(w, io_deadline(), "set key " + quote(key)), wire::Type::kOk);
+  }
+
+  Bytes get(const std::string& key, Millis timeout) override {
+    store::validate_key("get", key);
+    timeout = clamp(timeout);
+    wire::Writer w(wire::Type::kGet, 0);
+    w.str(key);
+    w.i64(timeout.count());
+    const std::string what = "get key " + quote(key);
+    Reply r = call(w, wait_deadline(timeout), what);
+    if (r.type == wire::Type::kTimeout) throw_timeout("get", {key}, r, timeout);
+    expect(r, wire::Type::kValue);
+    return read_value(r, what);
+  }
+
+  int64_t add(const std::string& key, int64_t delta) override {
+    store::validate_key("add", key);
+    wire::Writer w(wire::Type::kAdd, 0);
+    w.str(key);
+    w.i64(delta);
+    Reply r = call(w, io_deadline(), "add to key " + quote(key));
+    expect(r, wire::Type::kInt);
+    wire::Reader rd(r.payload.data(), r.payload.size());
+    int64_t v = rd.i64();
+    if (!rd.done()) protocol_violation("add to key " + quote(key), "a malformed reply");
+    return v;
+  }
+
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
+    store::validate_key("compare_set", key);
+    store::validate_value("compare_set", key, expected.size());
+    store::validate_value("compare_set", key, desired.size());
+    wire::Writer w(wire::Type::kCompareSet, 0);
+    w.str(key);
+    w.bytes(expected.data(), expected.size());
+    w.bytes(desired.data(), desired.size());
+    const std::string what = "compare_set key " + quote(key);
+    Reply r = call(w, io_deadline(), what);
+    expect(r, wire::Type::kValue);
+    return read_value(r, what);
+  }
+
+  void wait(const std::vector<std::string>& keys, Millis timeout) override {
+    store::validate_keys("wait for", keys);
+    timeout = clamp(timeout);
+    wire::Writer w(wire::Type::kWait, 0);
+    w.u32(static_cast<uint32_t>(keys.size()));
+    for (const auto& k : keys) w.str(k);
+    w.i64(timeout.count());
+    Reply r = call(w, wait_deadline(timeout), "wait for " + store::format_keys(keys));
+    if (r.type == wire::Type::kTimeout) throw_timeout("wait for", keys, r, timeout);
+    expect(r, wire::Type::kOk);
+  }
+
+  bool check(const std::vector<std::string>& keys) override {
+    store::validate_keys("check", keys);
+    wire::Writer w(wire::Type::kCheck, 0);
+    w.u32(static_cast<uint32_t>(keys.size()));
+    for (const auto& k : keys) w.str(k);
+    return read_bool(call(w, io_deadline(), "check " + store::format_keys(keys)));
+  }
+
+  bool erase(const std::string& key) override {
+    store::validate_key("erase", key);
+    wire::Writer w(wire::Type::kErase, 0);
+    w.str(key);
+    return read_bool(call(w, io_deadline(), "erase key " + quote(key)));
+  }
+
+ private:
+  struct Slot {
+    bool done = false;
+    Reply reply;
+  };
+
+  static Millis clamp(Millis t) { return std::clamp(t, Millis(0), kMaxWait); }
+  Clock::time_point io_deadline() const { return Clock::now() + clamp(opts_.timeout); }
+  Clock::time_point wait_deadline(Millis timeout) const {
+    return Clock::now() + timeout + std::min(clamp(opts_.timeout), kReplyGrace);
+  }
+
+  Reply call(wire::Writer& w, Clock::time_point deadline, const std::string& what);
+  void send_frame(const std::vector<uint8_t>& frame, Clock::time_point deadline,
+                  const std::string& what);
+  // Reads what the socket has (waiting until `deadline` for something) and
+  // hands complete replies over. Called by the reader only, without mu_.
+  void read_replies(Clock::time_point deadline, const std::string& what);
+  [[noreturn]] void fail(const std::string& what);
+  void mark_dead(bool protocol, const std::string& why);
+
+  // Handshake, on the fresh socket before any request.
+  void handshake(int fd, Clock::time_point deadline);
+  Reply read_frame(int fd, Clock::time_point deadline, size_t max);
+
+  void expect(const Reply& r, wire::Type type);
+  [[noreturn]] void protocol_violation(const std::string& what, const std::string& why);
+  [[noreturn]] void throw_timeout(const char* op, const std::vector<std::string>& keys,
+                                  const Reply& r, Millis timeout);
+  Bytes read_value(const Reply& r, const std::string& what);
+  bool read_bool(const Reply& r);
+
+  const TcpStoreOptions opts_;
+  const std::string host_;
+  const uint16_t port_;
+  const std::string endpoint_;
+  std::unique_ptr<TcpStoreServer> server_;
+  Fd fd_;
+
+  std::atomic<uint32_t> next_id_{1};
+  std::timed_mutex write_mu_;
+  std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  std::unordered_map<uint32_t, Slot*> slots_;
+  bool reader_active_ = false;
+  std::string dead_;  // why the connection is unusable; empty while it works
+  bool dead_protocol_ = false;
+  // The reader's input buffer (used only by the thread holding the role).
+  std::vector<uint8_t> in_;
+  size_t in_len_ = 0;
+};
+
+// ---- connecting ----
+
+void TcpClient::connect() {
+  const auto start = Clock::now();
+  const auto deadline = start + clamp(opts_.timeout);
+  std::minstd_rand jitter(static_cast<uint32_t>(::getpid()) ^
+                          static_cast<uint32_t>(start.time_since_epoch().count()));
+  Millis backoff = kFirstBackoff;
+  std::string why = "no attempt was made";
+  int attempts = 0;
+  while (true) {
+    ++attempts;
+    Fd fd = store::connect_once(host_, port_, deadline, &why);
+    if (fd.valid()) {
+      try {
+        handshake(fd.get(), deadline);
+        fd_ = std::move(fd);
+        return;
+      } catch (const RetryableError& e) {
+        why = e.why;
+      }
+    }
+    auto now = Clock::now();
+    if (now >= deadline) break;
+    // Exponential backoff with +-25% jitter, so that thousands of ranks that
+    // failed together do not all retry together; never past the deadline.
+    auto spread = std::uniform_int_distribution<int64_t>(-backoff.count() / 4,
+                                                         backoff.count() / 4)(jitter);
+    auto pause = std::min<Clock::duration>(backoff + Millis(spread), deadline - now);
+    std::this_thread::sleep_for(pause);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+  char tried[32];
+  std::snprintf(tried, sizeof tried, "%.2f",
+                std::chrono::duration<double>(Clock::now() - start).count());
+  throw TimeoutError("store: failed to connect to server " + endpoint_ + ": " + why +
+                     "; tried for " + tried + " s, attempts=" + std::to_string(attempts) +
+                     ", timeout_ms=" + std::to_string(opts_.timeout.count()));
+}
+
+Reply TcpClient::read_frame(int fd, Clock::time_point deadline, size_t max) {
+  uint8_t head[wire::kLengthSize];
+  std::vector<uint8_t> body;
+  auto read_exact = [&](uint8_t* p, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      ssize_t r = ::recv(fd, p + got, n - got, 0);
+      if (r > 0) {
+        got += static_cast<size_t>(r);
+        continue;
+      }
+      if (r == 0) throw RetryableError{"the server closed the connection during the handshake"};
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        throw RetryableError{std::string("the handshake failed: ") + std::strerror(errno)};
+      }
+      pollfd pfd{fd, POLLIN, 0};
+      int k = poll(&pfd, 1, store::poll_timeout(deadline));
+      if (k == 0) throw RetryableError{"the server accepted the connection but sent no handshake"};
+    }
+  };
+  read_exact(head, sizeof head);
+  uint32_t len = wire::load_u32(head);
+  if (wire::check_length(len, max) != wire::LengthCheck::kOk) {
+    throw ProtocolError("store: failed to connect to server " + endpoint_ +
+                        ": it does not speak this protocol (a frame length of " +
+                        std::to_string(len) + " bytes in the handshake)");
+  }
+  body.resize(len);
+  read_exact(body.data(), len);
+  if (body[0] != wire::kVersion) {
+    throw ProtocolError("store: failed to connect to server " + endpoint_ +
+                        ": it speaks protocol version " + std::to_string(body[0]) +
+                        ", this client speaks " + std::to_string(wire::kVersion));
+  }
+  Reply r;
+  r.type = static_cast<wire::Type>(body[1]);
+  r.payload.assign(body.begin() + (wire::kHeaderSize - wire::kLengthSize), body.end());
+  return r;
+}
+
+void TcpClient::handshake(int fd, Clock::time_point deadline) {
+  const std::string where = "store: failed to authenticate to server " + endpoint_ + ": ";
+  Reply hello = read_frame(fd, deadline, wire::kMaxHandshakeFrame);
+  wire::Reader r(hello.payload.data(), hello.payload.size());
+  uint8_t auth_required = r.u8();
+  auth::Nonce server_nonce{};
+  r.raw(server_nonce.data(), server_nonce.size());
+  if (hello.type != wire::Type::kServerHello || !r.done() || auth_required > 1) {
+    throw ProtocolError("store: failed to connect to server " + endpoint_ +
+                        ": it does not speak this protocol (no valid server hello)");
+  }
+  const bool use_token = !opts_.token.empty();
+  if (!auth_required && use_token) {
+    throw ProtocolError(where +
+                        "the server does not ask for a token but this client has one "
+                        "(SLURMDDP_TOKEN set here, not on the server?); refusing a server that "
+                        "cannot prove it belongs to this job");
+  }
+  if (!auth_required) {
+    SLURMDDP_LOG_DEBUG("store", "server " << endpoint_
+                                          << " runs without a token: the connection is not "
+                                             "authenticated");
+  }
+  auth::Nonce client_nonce = auth::random_nonce();
+  wire::Writer w(wire::Type::kClientHello, 0);
+  w.raw(client_nonce.data(), client_nonce.size());
+  if (use_token) {
+    w.u8(1);
+    auth::Proof p = auth::client_proof(opts_.token, server_nonce, client_nonce);
+    w.raw(p.data(), p.size());
+  } else {
+    w.u8(0);
+  }
+  std::vector<uint8_t> frame = w.finish();
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    ssize_t n = ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno != EINTR && errno != EAGAIN) {
+      throw RetryableError{std::string("the handshake failed: ") + std::strerror(errno)};
+    }
+    if (n > 0) sent += static_cast<size_t>(n);
+  }
+  Reply answer = read_frame(fd, deadline, wire::kMaxHandshakeFrame + 1024);
+  wire::Reader a(answer.payload.data(), answer.payload.size());
+  if (answer.type == wire::Type::kAuthRefused) {
+    a.u8();
+    std::string msg = a.str(1024);
+    throw ProtocolError(where + "authentication refused by the server: " +
+                        (a.done() ? msg : std::string("(no reason given)")) +
+                        "; client_has_token=" + (use_token ? "yes" : "no"));
+  }
+  if (answer.type != wire::Type::kAuthOk) {
+    throw ProtocolError(where + "the server answered the handshake with a " +
+                        wire::type_name(answer.type) + " frame");
+  }
+  uint8_t has_proof = a.u8();
+  auth::Proof proof{};
+  if (has_proof == 1) a.raw(proof.data(), proof.size());
+  if (!a.done() || has_proof > 1) {
+    throw ProtocolError(where + "the server's handshake answer is malformed");
+  }
+  if (use_token &&
+      (has_proof != 1 ||
+       !auth::equal(proof, auth::server_proof(opts_.token, server_nonce, client_nonce)))) {
+    throw ProtocolError(where +
+                        "the server's proof does not match this client's token (a server of "
+                        "another job on this port?)");
+  }
+}
+
+// ---- requests ----
+
+Reply TcpClient::call(wire::Writer& w, Clock::time_point deadline, const std::string& what) {
+  const uint32_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  std::vector<uint8_t> frame = w.finish();
+  // The id sits after the length, version and type bytes.
+  frame[6] = static_cast<uint8_t>(id >> 24);
+  frame[7] = static_cast<uint8_t>(id >> 16);
+  frame[8] = static_cast<uint8_t>(id >> 8);
+  frame[9] = static_cast<uint8_t>(id);
+  Slot slot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!dead_.empty()) fail(what);
+    slots_[id] = &slot;
+  }
+  struct Unregister {
+    TcpClient* self;
+    uint32_t id;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->slots_.erase(id);
+    }
+  } unregister{this, id};
+  send_frame(frame, deadline, what);
+
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!slot.done) {
+    if (!dead_.empty()) fail(what);
+    if (Clock::now() >= deadline) {
+      throw TimeoutError("store: failed to " + what + ": no reply from server " + endpoint_ +
+                         " in time (is the server overloaded or stopped?)");
+    }
+    if (reader_active_) {
+      cv_.wait_until(lock, deadline);
+      continue;
+    }
+    reader_active_ = true;
+    lock.unlock();
+    try {
+      read_replies(deadline, what);
+    } catch (...) {
+      lock.lock();
+      reader_active_ = false;
+      cv_.notify_all();
+      throw;
+    }
+    lock.lock();
+    reader_active_ = false;
+    cv_.notify_all();
+  }
+  return std::move(slot.reply);
+}
+
+void TcpClient::send_frame(const std::vector<uint8_t>& frame, Clock::time_point deadline,
+                           const std::string& what) {
+  std::unique_lock<std::timed_mutex> lock(write_mu_, deadline);
+  if (!lock.owns_lock()) {
+    throw TimeoutError("store: failed to " + what + ": could not send to server " + endpoint_ +
+                       " in time (another thread's request is still being sent)");
+  }
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    ssize_t n = ::send(fd_.get(), frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd_.get(), POLLOUT, 0};
+      if (poll(&p, 1, store::poll_timeout(deadline)) > 0) continue;
+      if (Clock::now() < deadline) continue;
+      // Part of a frame on the wire and no way to finish it: the stream is lost.
+      if (sent > 0) mark_dead(false, "a request was cut off: the server stopped reading");
+      throw TimeoutError("store: failed to " + what + ": server " + endpoint_ +
+                         " did not take the request in time");
+    }
+    mark_dead(false, n < 0 ? std::strerror(errno) : "send returned 0");
+    std::lock_guard<std::mutex> g(mu_);
+    fail(what);
+  }
+}
+
+void TcpClient::read_replies(Clock::time_point deadline, const std::string& what) {
+  (void)what;
+  pollfd p{fd_.get(), POLLIN, 0};
+  int k = poll(&p, 1, store::poll_timeout(deadline));
+  if (k <= 0) return;  // the caller checks its deadline
+  while (true) {
+    if (in_.size() - in_len_ < 64 * 1024) in_.resize(in_len_ + 64 * 1024);
+    ssize_t n = ::recv(fd_.get(), in_.data() + in_len_, in_.size() - in_len_, 0);
+    if (n == 0) {
+      mark_dead(false, "the server closed the connection");
+      return;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      mark_dead(false, std::strerror(errno));
+      return;
+    }
+    in_len_ += static_cast<size_t>(n);
+    if (static_cast<size_t>(n) < 64 * 1024) break;
+  }
+  // Hand over complete frames.
+  size_t pos = 0;
+  std::vector<std::pair<uint32_t, Reply>> done;
+  while (in_len_ - pos >= wire::kHeaderSize) {
+    const uint8_t* f = in_.data() + pos;
+    uint32_t len = wire::load_u32(f);
+    if (wire::check_length(len, wire::kMaxFrame) != wire::LengthCheck::kOk ||
+        f[wire::kLengthSize] != wire::kVersion) {
+      mark_dead(true, "the server sent a malformed frame");
+      return;
+    }
+    size_t total = wire::kLengthSize + len;
+    if (in_len_ - pos < total) break;
+    wire::Header h = wire::decode_header(f);
+    Reply r;
+    r.type = h.type;
+    r.payload.assign(f + wire::kHeaderSize, f + total);
+    done.emplace_back(h.id, std::move(r));
+    pos += total;
+  }
+  if (pos > 0) {
+    std::memmove(in_.data(), in_.data() + pos, in_len_ - pos);
+    in_len_ -= pos;
+  }
+  if (in_len_ == 0 && in_.capacity() > (1u << 20)) std::vector<uint8_t>().swap(in_);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, r] : done) {
+    auto it = slots_.find(id);
+    if (it == slots_.end()) continue;  // its caller gave up already
+    it->second->reply = std::move(r);
+    it->second->done = true;
+  }
+}
+
+void TcpClient::mark_dead(bool protocol, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dead_.empty()) {
+    dead_ = why;
+    dead_protocol_ = protocol;
+  }
+  cv_.notify_all();
+}
+
+// Throws the error of a lost connection. Call with mu_ held.
+void TcpClient::fail(const std::string& what) {
+  std::string msg = "store: failed to " + what + ": lost the connection to server " + endpoint_ +
+                    ": " + dead_;
+  if (dead_protocol_) throw ProtocolError(msg);
+  throw PeerError(msg);
+}
+
+void TcpClient::expect(const Reply& r, wire::Type type) {
+  if (r.type == type) return;
+  if (r.type == wire::Type::kError) {
+    wire::Reader rd(r.payload.data(), r.payload.size());
+    auto code = static_cast<wire::ErrorCode>(rd.u8());
+    std::string msg = rd.str(64 * 1024);
+    if (code == wire::ErrorCode::kInvalidArgument) throw InvalidArgument(msg);
+    if (code == wire::ErrorCode::kBusy) throw Error(msg + "; server=" + endpoint_);
+    throw ProtocolError(msg + "; server=" + endpoint_);
+  }
+  protocol_violation(std::string("read a reply"),
+                     std::string("expected a ") + wire::type_name(type) + " reply, got " +
+                         wire::type_name(r.type));
+}
+
+void TcpClient::protocol_violation(const std::string& what, const std::string& why) {
+  mark_dead(true, why);
+  throw ProtocolError("store: failed to " + what + ": server " + endpoint_ + " sent " + why);
+}
+
+void TcpClient::throw_timeout(const char* op, const std::vector<std::string>& keys,
+                              const Reply& r, Millis timeout) {
+  wire::Reader rd(r.payload.data(), r.payload.size());
+  uint32_t n = rd.u32();
+  std::vector<std::string> missing;
+  for (uint32_t i = 0; i < n && rd.ok(); ++i) {
+    uint32_t k = rd.u32();
+    if (k < keys.size()) missing.push_back(keys[k]);
+  }
+  throw TimeoutError(store::timeout_message(op, keys, missing, timeout, "server=" + endpoint_));
+}
+
+Bytes TcpClient::read_value(const Reply& r, const std::string& what) {
+  wire::Reader rd(r.payload.data(), r.payload.size());
+  Bytes v = rd.bytes(kMaxValueSize);
+  if (!rd.done()) protocol_violation(what, "a malformed value reply");
+  return v;
+}
+
+bool TcpClient::read_bool(const Reply& r) {
+  expect(r, wire::Type::kBool);
+  return !r.payload.empty() && r.payload[0] != 0;
+}
+
+}  // namespace
+
+std::shared_ptr<TcpStore> make_tcp_store(const TcpStoreOptions& options) {
+  std::unique_ptr<TcpStoreServer> server;
+  std::string host = options.host;
+  uint16_t port = options.port;
+  if (options.is_server) {
+    TcpStoreServerOptions so = options.server;
+    so.port = options.port;
+    so.token = options.token;
+    server = TcpStoreServer::start(so);
+    port = server->port();
+    // The hosting rank talks to its own server over loopback.
+    if (so.bind_host.empty() || so.bind_host == "0.0.0.0") {
+      host = "127.0.0.1";
+    } else if (so.bind_host == "::") {
+      host = "::1";
+    } else {
+      host = so.bind_host;
+    }
+  }
+  auto client = std::make_shared<TcpClient>(options, host, port, std::move(server));
+  client->connect();
+  return client;
+}
+
+}  // namespace slurmddp

@@ -1,0 +1,951 @@
+// The TCP store server: one thread, epoll (level-triggered), non-blocking
+// sockets. Blocked get/wait requests are parked here and answered when their
+// keys appear or their deadline passes; clients never poll.
+//
+// Note [Store server bounds]
+// Nothing a client sends can make the server allocate more than it has
+// accepted as input, and what it accepts is bounded per connection:
+//  - before the handshake a connection may send one frame of at most
+//    kMaxHandshakeFrame bytes; a longer length field closes it unread, and it
+//    must finish the handshake within handshake_timeout;
+//  - at most max_unauthenticated connections may be in the handshake; each
+//    new one beyond that closes the one that has waited longest;
+//  - after it, frames are bounded by kMaxFrame and buffered only as their bytes
+//    arrive (a length field alone allocates nothing); a partial frame that
+//    makes no progress for stall_timeout closes the connection;
+//  - a connection's pending replies above output_high_water stop its reads,
+//    and at most max_parked_per_connection requests may be parked per
+//    connection; replies to get point at the stored value instead of copying it;
+//  - out of file descriptors, one spare fd lets the server accept and close
+//    the newest connection instead of spinning on EMFILE.
+// So with a token, hostile clients cost at most max_unauthenticated *
+// kMaxHandshakeFrame bytes of buffers plus their sockets. Without a token
+// anyone who connects is a client, as with torch's store.
+//
+// Note [Store server logging]
+// Each refused connection is logged once, at warn, naming the peer and the
+// reason and never the token. So that a flood cannot flood the log, only the
+// first kLogBurst refusals of each reason are logged; the rest are counted
+// (TcpStoreServerStats) and summarized when the server stops.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "common/log.h"
+#include "slurmddp/error.h"
+#include "slurmddp/tcp_store.h"
+#include "store/auth.h"
+#include "store/kv_table.h"
+#include "store/socket.h"
+#include "store/wire.h"
+
+namespace slurmddp {
+
+namespace {
+
+using store::Clock;
+using store::Fd;
+using store::Value;
+namespace wire = store::wire;
+namespace auth = store::auth;
+
+constexpr const char* kComponent = "store";
+constexpr uint64_t kListenId = 1;
+constexpr uint64_t kWakeId = 2;
+constexpr uint64_t kFirstConnId = 16;
+constexpr size_t kReadChunk = 64 * 1024;
+// Bytes read from one connection per readiness event, so that one busy
+// connection cannot starve the others.
+constexpr size_t kReadBudget = 1 << 20;
+constexpr int kAcceptBatch = 256;
+constexpr int kLogBurst = 16;
+// "Forever" for a parked request; also keeps deadline arithmetic from overflowing.
+constexpr Millis kMaxWait = std::chrono::hours(24 * 365);
+
+enum class Refusal : int {
+  kMalformed,
+  kOversized,
+  kNoToken,
+  kWrongToken,
+  kHandshakeTimeout,
+  kStalled,
+  kOverCapacity,
+  kCount,
+};
+
+const char* refusal_name(Refusal r) {
+  switch (r) {
+    case Refusal::kMalformed: return "malformed";
+    case Refusal::kOversized: return "oversized";
+    case Refusal::kNoToken: return "no-token";
+    case Refusal::kWrongToken: return "wrong-token";
+    case Refusal::kHandshakeTimeout: return "handshake-timeout";
+    case Refusal::kStalled: return "stalled";
+    case Refusal::kOverCapacity: return "over-capacity";
+    case Refusal::kCount: break;
+  }
+  return "?";
+}
+
+// One queued piece of output: bytes the connection owns, or a stored value it
+// shares with the table.
+struct OutChunk {
+  std::vector<uint8_t> owned;
+  Value shared;
+  size_t offset = 0;
+  size_t size() const { return shared ? shared->size() : owned.size(); }
+  const uint8_t* data() const { return shared ? shared->data() : owned.data(); }
+};
+
+struct Conn {
+  uint64_t id = 0;
+  Fd fd;
+  std::string peer;
+  bool authenticated = false;
+  auth::Nonce server_nonce{};
+  Clock::time_point handshake_due;
+  // Input: in[0, in_len) are received bytes not yet consumed (a partial frame,
+  // or whole frames held back while the output is over its bound).
+  std::vector<uint8_t> in;
+  size_t in_len = 0;
+  Clock::time_point last_progress;
+  Clock::time_point stall_due;
+  bool stall_armed = false;
+  bool paused = false;  // over output_high_water: neither read nor parsed
+  // Output.
+  std::deque<OutChunk> out;
+  size_t out_bytes = 0;  // unsent bytes, owned and shared
+  bool dirty = false;    // queued in Impl::dirty_
+  uint32_t epoll_events = 0;
+  std::unordered_set<uint64_t> waiters;
+  size_t accounted = 0;  // this connection's share of buffered_
+};
+
+struct Waiter {
+  uint64_t conn = 0;
+  uint32_t request = 0;
+  wire::Type type{};
+  std::vector<std::string> keys;
+  std::vector<std::string> registered;  // keys whose waiting_on_ lists hold us
+  Clock::time_point deadline;
+};
+
+enum class TimerKind : uint8_t { kHandshake, kStall, kWaiter };
+using Timer = std::tuple<Clock::time_point, TimerKind, uint64_t>;
+
+}  // namespace
+
+struct TcpStoreServer::Impl {
+  explicit Impl(const TcpStoreServerOptions& o) : opts(o) {}
+  ~Impl();
+
+  void start();
+  void run();
+
+  // Events.
+  void on_accept();
+  void on_readable(Conn& c);
+  void on_writable(Conn& c);
+  void on_timer(const Timer& t);
+
+  // Input.
+  size_t consume(Conn& c, const uint8_t* p, size_t n, bool* alive);
+  bool consume_buffered(Conn& c);
+  void arm_stall(Conn& c);
+  bool on_frame(Conn& c, const uint8_t* frame, size_t size);
+  bool on_client_hello(Conn& c, const wire::Header& h, const uint8_t* payload, size_t n);
+  bool on_request(Conn& c, wire::Request& req);
+
+  // Parking.
+  void park(Conn& c, wire::Request& req);
+  void wake(const std::string& key);
+  void finish_waiter(uint64_t wid, bool timed_out);
+  void unregister(uint64_t wid, Waiter& w);
+  void drop_waiter(uint64_t wid);
+
+  // Output.
+  void send(Conn& c, std::vector<uint8_t> frame);
+  void send_value(Conn& c, uint32_t id, const Value& v);
+  void send_error(Conn& c, uint32_t id, wire::ErrorCode code, const std::string& msg);
+  void send_timeout(Conn& c, uint32_t id, const std::vector<uint32_t>& missing);
+  bool flush(Conn& c);
+  void update_events(Conn& c);
+  bool over_water(const Conn& c) const { return c.out_bytes >= opts.output_high_water; }
+
+  // Lifetime.
+  void count_refusal(Refusal why, const std::string& peer, const std::string& detail);
+  void refuse(Conn& c, Refusal why, const std::string& detail);
+  void close_conn(Conn& c);
+  void account(Conn& c);
+  void publish();
+  Conn* find(uint64_t id) {
+    auto it = conns.find(id);
+    return it == conns.end() ? nullptr : it->second.get();
+  }
+
+  TcpStoreServerOptions opts;
+  Fd listen_fd;
+  Fd epoll_fd;
+  Fd wake_fd;
+  Fd spare_fd;
+  uint16_t port = 0;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+
+  // Loop-thread state.
+  store::KvTable table;
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
+  std::set<uint64_t> unauthenticated;  // ids ascend with age: begin() is the oldest
+  uint64_t next_conn = kFirstConnId;
+  std::unordered_map<uint64_t, Waiter> waiters;
+  std::unordered_map<std::string, std::unordered_set<uint64_t>> waiting_on;
+  uint64_t next_waiter = 1;
+  std::set<Timer> timers;
+  std::vector<uint64_t> dirty;    // connections with output to flush
+  std::vector<uint64_t> resumed;  // connections back under their output bound
+  std::vector<uint8_t> scratch = std::vector<uint8_t>(kReadChunk);
+  uint64_t buffered = 0;
+  std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refused{};
+
+  // Published counters (written by the loop thread only).
+  struct Counters {
+    std::atomic<uint64_t> accepted{0}, open{0}, unauthenticated{0}, peak_unauthenticated{0},
+        authenticated{0}, requests{0}, parked{0}, keys{0}, buffered{0}, peak_buffered{0};
+    std::array<std::atomic<uint64_t>, static_cast<size_t>(Refusal::kCount)> refused{};
+  } counters;
+};
+
+TcpStoreServer::Impl::~Impl() {
+  if (thread.joinable()) {
+    stopping.store(true);
+    uint64_t one = 1;
+    ssize_t n = ::write(wake_fd.get(), &one, sizeof one);
+    (void)n;
+    thread.join();
+  }
+}
+
+void TcpStoreServer::Impl::start() {
+  listen_fd = store::listen_tcp(opts.bind_host, opts.port, &port);
+  epoll_fd = Fd(epoll_create1(EPOLL_CLOEXEC));
+  wake_fd = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  spare_fd = Fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!epoll_fd.valid() || !wake_fd.valid()) {
+    throw Error(std::string("store: failed to start the server: ") + std::strerror(errno) +
+                "; port=" + std::to_string(port));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenId;
+  epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, listen_fd.get(), &ev);
+  ev.data.u64 = kWakeId;
+  epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, wake_fd.get(), &ev);
+  if (opts.token.empty()) {
+    SLURMDDP_LOG_DEBUG(kComponent, "server on port " << port
+                                                     << " runs without a token: any client that "
+                                                        "can reach the port may use the store");
+  }
+  thread = std::thread([this] { run(); });
+}
+
+void TcpStoreServer::Impl::run() {
+  std::array<epoll_event, 256> events{};
+  while (!stopping.load(std::memory_order_relaxed)) {
+    int timeout = -1;
+    if (!timers.empty()) timeout = store::poll_timeout(std::get<0>(*timers.begin()));
+    int n = epoll_wait(epoll_fd.get(), events.data(), static_cast<int>(events.size()), timeout);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      SLURMDDP_LOG_ERROR(kComponent, "server loop failed: epoll_wait: " << std::strerror(errno)
+                                                                        << "; port=" << port);
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      uint64_t id = events[i].data.u64;
+      if (id == kListenId) {
+        on_accept();
+      } else if (id == kWakeId) {
+        // Only stop() writes it.
+      } else if (Conn* c = find(id)) {
+        uint32_t ev = events[i].events;
+        if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(*c);
+        if ((c = find(id)) != nullptr && (ev & EPOLLOUT)) on_writable(*c);
+      }
+    }
+    const auto now = Clock::now();
+    while (!timers.empty() && std::get<0>(*timers.begin()) <= now) {
+      Timer t = *timers.begin();
+      timers.erase(timers.begin());
+      on_timer(t);
+    }
+    // Published before the replies go out as well, so that a client that
+    // sees a reply sees counters at least as new as it.
+    publish();
+    // Flushing may resume a paused connection, whose buffered frames may
+    // queue more output; each round stops at the output bound again.
+    while (!dirty.empty() || !resumed.empty()) {
+      std::vector<uint64_t> ids;
+      ids.swap(dirty);
+      for (uint64_t id : ids) {
+        if (Conn* c = find(id)) {
+          c->dirty = false;
+          flush(*c);
+        }
+      }
+      ids.clear();
+      ids.swap(resumed);
+      for (uint64_t id : ids) {
+        if (Conn* c = find(id)) consume_buffered(*c);
+      }
+    }
+    publish();
+  }
+  for (size_t i = 0; i < refused.size(); ++i) {
+    if (refused[i] > static_cast<uint64_t>(kLogBurst)) {
+      SLURMDDP_LOG_WARN(kComponent, "server on port "
+                                        << port << " refused " << refused[i] << " connections as "
+                                        << refusal_name(static_cast<Refusal>(i)) << " in total");
+    }
+  }
+}
+
+void TcpStoreServer::Impl::on_accept() {
+  for (int i = 0; i < kAcceptBatch; ++i) {
+    int fd = accept4(listen_fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if ((errno == EMFILE || errno == ENFILE) && spare_fd.valid()) {
+        // Free the spare fd to take the connection off the queue and close it.
+        spare_fd.reset();
+        Fd victim(accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        if (victim.valid()) {
+          count_refusal(Refusal::kOverCapacity, store::peer_name(victim.get()),
+                        "out of file descriptors");
+        }
+        victim.reset();
+        spare_fd = Fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+        continue;
+      }
+      return;  // EAGAIN, or an error that the next readiness event retries
+    }
+    auto conn = std::make_unique<Conn>();
+    Conn& c = *conn;
+    c.id = next_conn++;
+    c.fd = Fd(fd);
+    c.peer = store::peer_name(fd);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    conns.emplace(c.id, std::move(conn));
+    unauthenticated.insert(c.id);
+    counters.accepted.fetch_add(1, std::memory_order_relaxed);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = c.id;
+    c.epoll_events = EPOLLIN;
+    epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev);
+    c.handshake_due = Clock::now() + opts.handshake_timeout;
+    timers.emplace(c.handshake_due, TimerKind::kHandshake, c.id);
+
+    c.server_nonce = auth::random_nonce();
+    wire::Writer w(wire::Type::kServerHello, 0);
+    w.u8(opts.token.empty() ? 0 : 1);
+    w.raw(c.server_nonce.data(), c.server_nonce.size());
+    send(c, w.finish());
+
+    if (unauthenticated.size() > opts.max_unauthenticated) {
+      Conn* oldest = find(*unauthenticated.begin());
+      refuse(*oldest, Refusal::kOverCapacity,
+             "more than " + std::to_string(opts.max_unauthenticated) +
+                 " connections in the handshake; closed the oldest");
+    }
+    uint64_t pending = unauthenticated.size();
+    if (pending > counters.peak_unauthenticated.load(std::memory_order_relaxed)) {
+      counters.peak_unauthenticated.store(pending, std::memory_order_relaxed);
+    }
+  }
+}
+
+void TcpStoreServer::Impl::on_readable(Conn& c) {
+  const uint64_t id = c.id;
+  size_t budget = kReadBudget;
+  while (budget > 0 && !c.paused) {
+    // Read into the shared scratch buffer and parse in place; only the bytes
+    // of a partial frame are kept in c.in, so idle connections hold no input
+    // buffer and a partial one holds what has arrived. Before the handshake,
+    // never read past one handshake frame.
+    size_t want = c.authenticated ? scratch.size() : wire::kMaxHandshakeFrame - c.in_len;
+    if (want == 0) {  // cannot happen: a complete handshake frame was consumed
+      refuse(c, Refusal::kOversized, "sent more than a handshake frame before authenticating");
+      return;
+    }
+    ssize_t n = ::recv(c.fd.get(), scratch.data(), want, 0);
+    if (n == 0) {
+      SLURMDDP_LOG_DEBUG(kComponent, "connection from " << c.peer << " closed by the client");
+      close_conn(c);
+      return;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      SLURMDDP_LOG_DEBUG(kComponent,
+                         "connection from " << c.peer << " failed: " << std::strerror(errno));
+      close_conn(c);
+      return;
+    }
+    const auto got = static_cast<size_t>(n);
+    c.last_progress = Clock::now();
+    budget -= std::min(budget, got);
+    if (c.in_len == 0) {
+      bool alive = true;
+      size_t used = consume(c, scratch.data(), got, &alive);
+      if (!alive) return;
+      c.in.assign(scratch.data() + used, scratch.data() + got);
+      c.in_len = c.in.size();
+    } else {
+      c.in.resize(c.in_len);
+      // Grow geometrically, but never past the frame the length field
+      // announced (consume() has checked it against the limit).
+      size_t need = c.in_len + got;
+      if (need > c.in.capacity() && c.in_len >= wire::kLengthSize) {
+        size_t frame = wire::kLengthSize + wire::load_u32(c.in.data());
+        c.in.reserve(std::max(need, std::min(frame, 2 * c.in.capacity())));
+      }
+      c.in.insert(c.in.end(), scratch.data(), scratch.data() + got);
+      c.in_len = c.in.size();
+      if (!consume_buffered(c)) return;
+    }
+    if (find(id) == nullptr) return;
+  }
+  if (c.in_len > 0) arm_stall(c);
+  account(c);
+}
+
+// Handles the frames buffered in c.in. Returns false when it closed c.
+bool TcpStoreServer::Impl::consume_buffered(Conn& c) {
+  bool alive = true;
+  size_t used = consume(c, c.in.data(), c.in_len, &alive);
+  if (!alive) return false;
+  if (used > 0) {
+    std::memmove(c.in.data(), c.in.data() + used, c.in_len - used);
+    c.in_len -= used;
+  }
+  if (c.in_len == 0 && c.in.capacity() > kReadChunk) {
+    std::vector<uint8_t>().swap(c.in);  // give a large frame's buffer back
+  }
+  return true;
+}
+
+// Handles every complete frame in p[0, n) and returns how many bytes it used;
+// stops early when the connection goes over its output bound. Sets *alive to
+// false when it closed c.
+size_t TcpStoreServer::Impl::consume(Conn& c, const uint8_t* p, size_t n, bool* alive) {
+  size_t pos = 0;
+  while (n - pos >= wire::kLengthSize) {
+    if (over_water(c)) {
+      c.paused = true;
+      break;
+    }
+    const uint8_t* f = p + pos;
+    const size_t avail = n - pos;
+    const size_t limit = c.authenticated ? wire::kMaxFrame : wire::kMaxHandshakeFrame;
+    uint32_t len = wire::load_u32(f);
+    if (avail > wire::kLengthSize && f[wire::kLengthSize] != wire::kVersion) {
+      refuse(c, Refusal::kMalformed,
+             "sent bytes that are not this protocol (version byte " +
+                 std::to_string(f[wire::kLengthSize]) + ", expected " +
+                 std::to_string(wire::kVersion) + ")");
+      *alive = false;
+      return pos;
+    }
+    switch (wire::check_length(len, limit)) {
+      case wire::LengthCheck::kTooShort:
+        refuse(c, Refusal::kMalformed, "sent a frame shorter than its header");
+        *alive = false;
+        return pos;
+      case wire::LengthCheck::kTooLong:
+        refuse(c, Refusal::kOversized,
+               "sent a length field of " + std::to_string(len) + " bytes " +
+                   (c.authenticated ? "" : "before authenticating ") + "(limit " +
+                   std::to_string(limit - wire::kLengthSize) + ")");
+        *alive = false;
+        return pos;
+      case wire::LengthCheck::kOk:
+        break;
+    }
+    const size_t total = wire::kLengthSize + len;
+    if (avail < total) break;
+    if (!on_frame(c, f, total)) {
+      *alive = false;
+      return pos;
+    }
+    pos += total;
+  }
+  return pos;
+}
+
+// A partial frame must keep arriving (Note [Store server bounds]).
+void TcpStoreServer::Impl::arm_stall(Conn& c) {
+  if (!c.authenticated || c.stall_armed || c.paused) return;
+  c.stall_armed = true;
+  c.stall_due = c.last_progress + opts.stall_timeout;
+  timers.emplace(c.stall_due, TimerKind::kStall, c.id);
+}
+
+bool TcpStoreServer::Impl::on_frame(Conn& c, const uint8_t* frame, size_t size) {
+  wire::Header h = wire::decode_header(frame);
+  const uint8_t* payload = frame + wire::kHeaderSize;
+  const size_t n = size - wire::kHeaderSize;
+  if (!c.authenticated) {
+    if (h.type != wire::Type::kClientHello) {
+      refuse(c, Refusal::kMalformed,
+             std::string("sent a ") + wire::type_name(h.type) + " frame before the handshake");
+      return false;
+    }
+    return on_client_hello(c, h, payload, n);
+  }
+  wire::Request req;
+  std::string why;
+  if (!wire::is_request(h.type) || !wire::decode_request(h, payload, n, &req, &why)) {
+    if (why.empty()) {
+      why = "sent a frame of type " + std::to_string(static_cast<unsigned>(h.type)) +
+            " (" + wire::type_name(h.type) + "), which is not a request";
+    }
+    send_error(c, h.id, wire::ErrorCode::kProtocol, "store: malformed request: " + why);
+    if (flush(c)) refuse(c, Refusal::kMalformed, why);
+    return false;
+  }
+  counters.requests.fetch_add(1, std::memory_order_relaxed);
+  return on_request(c, req);
+}
+
+bool TcpStoreServer::Impl::on_client_hello(Conn& c, const wire::Header& h,
+                                           const uint8_t* payload, size_t n) {
+  (void)h;
+  wire::Reader r(payload, n);
+  auth::Nonce client_nonce{};
+  r.raw(client_nonce.data(), client_nonce.size());
+  uint8_t has_proof = r.u8();
+  auth::Proof proof{};
+  if (has_proof == 1) r.raw(proof.data(), proof.size());
+  if (!r.done() || has_proof > 1) {
+    refuse(c, Refusal::kMalformed, "sent a malformed client hello");
+    return false;
+  }
+  auto refuse_auth = [&](Refusal why, wire::RefuseReason code, const std::string& msg) {
+    wire::Writer w(wire::Type::kAuthRefused, h.id);
+    w.u8(static_cast<uint8_t>(code));
+    w.str(msg);
+    send(c, w.finish());
+    if (flush(c)) refuse(c, why, msg);
+    return false;
+  };
+  wire::Writer ok(wire::Type::kAuthOk, h.id);
+  if (opts.token.empty()) {
+    ok.u8(0);
+  } else if (has_proof == 0) {
+    return refuse_auth(Refusal::kNoToken, wire::RefuseReason::kNoProof,
+                       "the server requires a token and the client sent no proof of one "
+                       "(is SLURMDDP_TOKEN set for every rank?)");
+  } else if (!auth::equal(proof, auth::client_proof(opts.token, c.server_nonce, client_nonce))) {
+    return refuse_auth(Refusal::kWrongToken, wire::RefuseReason::kWrongProof,
+                       "the client's proof does not match the server's token "
+                       "(a different SLURMDDP_TOKEN, or a replayed handshake)");
+  } else {
+    ok.u8(1);
+    auth::Proof mine = auth::server_proof(opts.token, c.server_nonce, client_nonce);
+    ok.raw(mine.data(), mine.size());
+  }
+  send(c, ok.finish());
+  c.authenticated = true;
+  unauthenticated.erase(c.id);
+  timers.erase(Timer{c.handshake_due, TimerKind::kHandshake, c.id});
+  counters.authenticated.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool TcpStoreServer::Impl::on_request(Conn& c, wire::Request& req) {
+  using wire::Type;
+  const std::string& key = req.keys.empty() ? std::string() : req.keys[0];
+  switch (req.type) {
+    case Type::kSet: {
+      table.set(key, std::make_shared<const Bytes>(std::move(req.value)));
+      send(c, wire::Writer(Type::kOk, req.id).finish());
+      wake(key);
+      break;
+    }
+    case Type::kGet: {
+      if (Value v = table.find(key)) {
+        send_value(c, req.id, v);
+      } else {
+        park(c, req);
+      }
+      break;
+    }
+    case Type::kAdd: {
+      try {
+        int64_t v = table.add(key, req.number);
+        wire::Writer w(Type::kInt, req.id);
+        w.i64(v);
+        send(c, w.finish());
+        wake(key);
+      } catch (const InvalidArgument& e) {
+        send_error(c, req.id, wire::ErrorCode::kInvalidArgument, e.what());
+      }
+      break;
+    }
+    case Type::kCompareSet: {
+      bool changed = false;
+      Value v = table.compare_set(key, req.expected,
+                                  std::make_shared<const Bytes>(std::move(req.value)), &changed);
+      send_value(c, req.id, v);
+      if (changed) wake(key);
+      break;
+    }
+    case Type::kWait: {
+      if (table.missing(req.keys).empty()) {
+        send(c, wire::Writer(Type::kOk, req.id).finish());
+      } else {
+        park(c, req);
+      }
+      break;
+    }
+    case Type::kCheck: {
+      wire::Writer w(Type::kBool, req.id);
+      w.u8(table.missing(req.keys).empty() ? 1 : 0);
+      send(c, w.finish());
+      break;
+    }
+    case Type::kErase: {
+      wire::Writer w(Type::kBool, req.id);
+      w.u8(table.erase(key) ? 1 : 0);
+      send(c, w.finish());
+      break;
+    }
+    default:
+      break;  // decode_request accepts requests only
+  }
+  return true;
+}
+
+void TcpStoreServer::Impl::park(Conn& c, wire::Request& req) {
+  if (req.number == 0) {  // "check once"
+    send_timeout(c, req.id, table.missing(req.keys));
+    return;
+  }
+  if (c.waiters.size() >= opts.max_parked_per_connection) {
+    send_error(c, req.id, wire::ErrorCode::kBusy,
+               "store: failed to park the request: too many blocked requests on one connection; "
+               "limit=" + std::to_string(opts.max_parked_per_connection));
+    return;
+  }
+  uint64_t wid = next_waiter++;
+  Waiter& w = waiters[wid];
+  w.conn = c.id;
+  w.request = req.id;
+  w.type = req.type;
+  w.keys = std::move(req.keys);
+  w.deadline = Clock::now() + std::min(Millis(req.number), kMaxWait);
+  for (uint32_t i : table.missing(w.keys)) {
+    waiting_on[w.keys[i]].insert(wid);
+    w.registered.push_back(w.keys[i]);
+  }
+  c.waiters.insert(wid);
+  timers.emplace(w.deadline, TimerKind::kWaiter, wid);
+}
+
+void TcpStoreServer::Impl::unregister(uint64_t wid, Waiter& w) {
+  for (const auto& k : w.registered) {
+    auto it = waiting_on.find(k);
+    if (it == waiting_on.end()) continue;
+    it->second.erase(wid);
+    if (it->second.empty()) waiting_on.erase(it);
+  }
+  w.registered.clear();
+}
+
+void TcpStoreServer::Impl::wake(const std::string& key) {
+  auto it = waiting_on.find(key);
+  if (it == waiting_on.end()) return;
+  std::unordered_set<uint64_t> woken = std::move(it->second);
+  waiting_on.erase(it);
+  for (uint64_t wid : woken) {
+    auto w = waiters.find(wid);
+    if (w == waiters.end()) continue;
+    unregister(wid, w->second);
+    std::vector<uint32_t> missing = table.missing(w->second.keys);
+    if (missing.empty()) {
+      finish_waiter(wid, false);
+    } else {
+      // Some key was erased since: keep waiting for it (Store::erase contract).
+      for (uint32_t i : missing) {
+        waiting_on[w->second.keys[i]].insert(wid);
+        w->second.registered.push_back(w->second.keys[i]);
+      }
+    }
+  }
+}
+
+// Answers a parked request and forgets it.
+void TcpStoreServer::Impl::finish_waiter(uint64_t wid, bool timed_out) {
+  auto it = waiters.find(wid);
+  if (it == waiters.end()) return;
+  Waiter w = std::move(it->second);
+  unregister(wid, w);
+  waiters.erase(it);
+  timers.erase(Timer{w.deadline, TimerKind::kWaiter, wid});
+  Conn* c = find(w.conn);
+  if (c == nullptr) return;
+  c->waiters.erase(wid);
+  if (timed_out) {
+    send_timeout(*c, w.request, table.missing(w.keys));
+  } else if (w.type == wire::Type::kGet) {
+    send_value(*c, w.request, table.find(w.keys[0]));
+  } else {
+    send(*c, wire::Writer(wire::Type::kOk, w.request).finish());
+  }
+}
+
+void TcpStoreServer::Impl::drop_waiter(uint64_t wid) {
+  auto it = waiters.find(wid);
+  if (it == waiters.end()) return;
+  unregister(wid, it->second);
+  timers.erase(Timer{it->second.deadline, TimerKind::kWaiter, wid});
+  waiters.erase(it);
+}
+
+void TcpStoreServer::Impl::on_timer(const Timer& t) {
+  const uint64_t id = std::get<2>(t);
+  switch (std::get<1>(t)) {
+    case TimerKind::kWaiter:
+      finish_waiter(id, true);
+      break;
+    case TimerKind::kHandshake:
+      if (Conn* c = find(id); c != nullptr && !c->authenticated) {
+        refuse(*c, Refusal::kHandshakeTimeout,
+               "did not complete the handshake within " +
+                   std::to_string(opts.handshake_timeout.count()) + " ms");
+      }
+      break;
+    case TimerKind::kStall:
+      if (Conn* c = find(id)) {
+        c->stall_armed = false;
+        if (c->in_len == 0 || c->paused) break;
+        if (c->last_progress + opts.stall_timeout <= Clock::now()) {
+          refuse(*c, Refusal::kStalled,
+                 "held a partial frame (" + std::to_string(c->in_len) + " bytes) without progress "
+                 "for " + std::to_string(opts.stall_timeout.count()) + " ms");
+        } else {
+          arm_stall(*c);
+        }
+      }
+      break;
+  }
+}
+
+void TcpStoreServer::Impl::send(Conn& c, std::vector<uint8_t> frame) {
+  c.out_bytes += frame.size();
+  OutChunk chunk;
+  chunk.owned = std::move(frame);
+  c.out.push_back(std::move(chunk));
+  if (!c.dirty) {
+    c.dirty = true;
+    dirty.push_back(c.id);
+  }
+}
+
+void TcpStoreServer::Impl::send_value(Conn& c, uint32_t id, const Value& v) {
+  wire::Writer w(wire::Type::kValue, id);
+  w.u32(static_cast<uint32_t>(v->size()));
+  send(c, w.finish_with_tail(v->size()));
+  if (v->empty()) return;
+  OutChunk chunk;
+  chunk.shared = v;
+  c.out_bytes += v->size();
+  c.out.push_back(std::move(chunk));
+}
+
+void TcpStoreServer::Impl::send_timeout(Conn& c, uint32_t id,
+                                        const std::vector<uint32_t>& missing) {
+  wire::Writer w(wire::Type::kTimeout, id);
+  w.u32(static_cast<uint32_t>(missing.size()));
+  for (uint32_t i : missing) w.u32(i);
+  send(c, w.finish());
+}
+
+void TcpStoreServer::Impl::send_error(Conn& c, uint32_t id, wire::ErrorCode code,
+                                      const std::string& msg) {
+  wire::Writer w(wire::Type::kError, id);
+  w.u8(static_cast<uint8_t>(code));
+  w.str(msg);
+  send(c, w.finish());
+}
+
+// Writes what the socket takes. Returns false when it closed c.
+bool TcpStoreServer::Impl::flush(Conn& c) {
+  while (!c.out.empty()) {
+    std::array<iovec, 64> iov{};
+    size_t k = 0;
+    for (auto it = c.out.begin(); it != c.out.end() && k < iov.size(); ++it, ++k) {
+      iov[k].iov_base = const_cast<uint8_t*>(it->data() + it->offset);
+      iov[k].iov_len = it->size() - it->offset;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = k;
+    ssize_t n = ::sendmsg(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      SLURMDDP_LOG_DEBUG(kComponent,
+                         "connection from " << c.peer << " failed: " << std::strerror(errno));
+      close_conn(c);
+      return false;
+    }
+    auto left = static_cast<size_t>(n);
+    c.out_bytes -= left;
+    while (left > 0) {
+      OutChunk& front = c.out.front();
+      size_t rest = front.size() - front.offset;
+      if (left < rest) {
+        front.offset += left;
+        left = 0;
+      } else {
+        left -= rest;
+        c.out.pop_front();
+      }
+    }
+  }
+  update_events(c);
+  account(c);
+  return true;
+}
+
+// Reads are enabled while the pending output is under the high-water mark;
+// writes are watched while output is pending.
+void TcpStoreServer::Impl::update_events(Conn& c) {
+  uint32_t want = 0;
+  if (!over_water(c)) {
+    want |= EPOLLIN;
+    if (c.paused) {
+      // Frames that arrived before the pause are still buffered: the loop
+      // handles them once this round of flushing is done.
+      c.paused = false;
+      resumed.push_back(c.id);
+    }
+  }
+  if (!c.out.empty()) want |= EPOLLOUT;
+  if (want == c.epoll_events) return;
+  c.epoll_events = want;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = c.id;
+  epoll_ctl(epoll_fd.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
+}
+
+void TcpStoreServer::Impl::on_writable(Conn& c) { flush(c); }
+
+void TcpStoreServer::Impl::refuse(Conn& c, Refusal why, const std::string& detail) {
+  count_refusal(why, c.peer, detail);
+  close_conn(c);
+}
+
+void TcpStoreServer::Impl::count_refusal(Refusal why, const std::string& peer,
+                                         const std::string& detail) {
+  auto k = static_cast<size_t>(why);
+  ++refused[k];
+  counters.refused[k].store(refused[k], std::memory_order_relaxed);
+  if (refused[k] <= static_cast<uint64_t>(kLogBurst)) {
+    SLURMDDP_LOG_WARN(kComponent, "refused connection from " << peer << ": " << detail
+                                                             << "; reason=" << refusal_name(why)
+                                                             << ", port=" << port);
+    if (refused[k] == static_cast<uint64_t>(kLogBurst)) {
+      SLURMDDP_LOG_WARN(kComponent, "further " << refusal_name(why)
+                                               << " refusals are counted, not logged; port="
+                                               << port);
+    }
+  }
+}
+
+void TcpStoreServer::Impl::close_conn(Conn& c) {
+  for (uint64_t wid : c.waiters) drop_waiter(wid);
+  unauthenticated.erase(c.id);
+  timers.erase(Timer{c.handshake_due, TimerKind::kHandshake, c.id});
+  if (c.stall_armed) timers.erase(Timer{c.stall_due, TimerKind::kStall, c.id});
+  buffered -= c.accounted;
+  auto it = conns.find(c.id);
+  if (it != conns.end()) conns.erase(it);  // closes the fd, which leaves the epoll set
+}
+
+void TcpStoreServer::Impl::account(Conn& c) {
+  size_t now = c.in.capacity() + c.out_bytes;
+  buffered += now;
+  buffered -= c.accounted;
+  c.accounted = now;
+  if (buffered > counters.peak_buffered.load(std::memory_order_relaxed)) {
+    counters.peak_buffered.store(buffered, std::memory_order_relaxed);
+  }
+}
+
+void TcpStoreServer::Impl::publish() {
+  counters.open.store(conns.size(), std::memory_order_relaxed);
+  counters.unauthenticated.store(unauthenticated.size(), std::memory_order_relaxed);
+  counters.parked.store(waiters.size(), std::memory_order_relaxed);
+  counters.keys.store(table.size(), std::memory_order_relaxed);
+  counters.buffered.store(buffered, std::memory_order_relaxed);
+}
+
+std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const TcpStoreServerOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  impl->start();
+  return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(impl)));
+}
+
+TcpStoreServer::TcpStoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TcpStoreServer::~TcpStoreServer() = default;
+
+uint16_t TcpStoreServer::port() const { return impl_->port; }
+
+TcpStoreServerStats TcpStoreServer::stats() const {
+  const auto& k = impl_->counters;
+  auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  auto refused = [&](Refusal r) { return get(k.refused[static_cast<size_t>(r)]); };
+  TcpStoreServerStats s;
+  s.accepted = get(k.accepted);
+  s.open = get(k.open);
+  s.unauthenticated = get(k.unauthenticated);
+  s.peak_unauthenticated = get(k.peak_unauthenticated);
+  s.authenticated = get(k.authenticated);
+  s.requests = get(k.requests);
+  s.parked = get(k.parked);
+  s.keys = get(k.keys);
+  s.buffered_bytes = get(k.buffered);
+  s.peak_buffered_bytes = get(k.peak_buffered);
+  s.refused_malformed = refused(Refusal::kMalformed);
+  s.refused_oversized = refused(Refusal::kOversized);
+  s.refused_no_token = refused(Refusal::kNoToken);
+  s.refused_wrong_token = refused(Refusal::kWrongToken);
+  s.refused_handshake_timeout = refused(Refusal::kHandshakeTimeout);
+  s.refused_stalled = refused(Refusal::kStalled);
+  s.refused_over_capacity = refused(Refusal::kOverCapacity);
+  return s;
+}
+
+}  // namespace slurmddp
