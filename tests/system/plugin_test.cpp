@@ -306,6 +306,36 @@ TEST(PluginSystem, IfnameExportsSocketVariables) {
   EXPECT_THAT(r.err, HasSubstr("interface 'ib7' has no IP address"));
 }
 
+TEST(PluginSystem, MultiHomedNodesChooseTheRendezvousNetwork) {
+  REQUIRE_CLUSTER();
+  {
+    PlugstackArgs args("hostname_suffix=-ib");
+    for (const auto& t : probe_step("-N 2 -n 2")) EXPECT_EQ(t.at("MASTER_ADDR"), "10.78.0.11");
+  }
+  {
+    // n1 resolves to 127.0.1.1 and 10.77.0.11 only: nothing in 10.78.0.0/24
+    PlugstackArgs args("network=10.78.0.0/24");
+    Result r = run("srun -N 2 -n 2 " + probe());
+    EXPECT_NE(r.rc, 0);
+    EXPECT_THAT(r.err, HasSubstr("host 'n1' has no address in network 10.78.0.0/24"));
+    EXPECT_THAT(r.err, HasSubstr("resolved=127.0.1.1,10.77.0.11"));
+  }
+  {
+    PlugstackArgs args("hostname_suffix=-ib network=10.78.0.0/24");
+    for (const auto& t : probe_step("-N 2 -n 2")) EXPECT_EQ(t.at("MASTER_ADDR"), "10.78.0.11");
+  }
+}
+
+TEST(PluginSystem, OptionsAreListedInSrunHelp) {
+  REQUIRE_CLUSTER();
+  Result r = run("srun --help");
+  for (const char* opt : {"--ddp ", "--no-ddp", "--ddp-port=N", "--ddp-addr=HOST", "--ddp-ifname=NAME",
+                          "--ddp-bind-gpu", "--ddp-verbose"}) {
+    EXPECT_THAT(r.out + r.err, HasSubstr(opt));
+  }
+  EXPECT_THAT(r.out + r.err, HasSubstr("[ddp] Use port N for MASTER_PORT"));
+}
+
 TEST(PluginSystem, VerbosePrintsTheRendezvousOnceWithoutTheToken) {
   REQUIRE_CLUSTER();
   Result r;
