@@ -1,0 +1,264 @@
+#include "slurmddp/identity.h"
+
+#include <cstdlib>
+
+#include "common/log.h"
+#include "env/pmix_identity.h"
+#include "error.h"
+#include "hostlist.h"
+#include "parse.h"
+#include "rendezvous.h"
+#include "settings.h"
+#include "slurmddp/error.h"
+
+namespace slurmddp {
+
+namespace {
+
+constexpr uint64_t kMaxRanks = 1u << 24;
+
+const char* const kComponent = "identity";
+
+// Wraps the launch rules' errors into the runtime's hierarchy, with context.
+template <typename F>
+auto checked(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const launch::LaunchError& e) {
+    throw InvalidArgument(std::string("identity: failed to read the environment: ") + e.what());
+  }
+}
+
+int int_var(const EnvReader& env, const char* name, uint64_t lo, uint64_t hi) {
+  auto v = env(name);
+  if (!v) {
+    throw InvalidArgument(std::string("identity: failed to read the environment: ") + name +
+                          " is not set; expected an integer in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "]");
+  }
+  return checked([&] { return static_cast<int>(launch::parse_uint(name, *v, lo, hi)); });
+}
+
+std::optional<int> opt_int_var(const EnvReader& env, const char* name, uint64_t lo, uint64_t hi) {
+  if (!env(name)) return std::nullopt;
+  return int_var(env, name, lo, hi);
+}
+
+void check_less(const char* a_name, int a, const char* b_name, int b) {
+  if (a >= b) {
+    throw InvalidArgument(std::string("identity: contradictory environment: ") + a_name + "=" +
+                          std::to_string(a) + " >= " + b_name + "=" + std::to_string(b) +
+                          "; expected " + a_name + " < " + b_name);
+  }
+}
+
+// The GPU index within CUDA_VISIBLE_DEVICES when the plugin did not say.
+std::optional<int> visible_device(const EnvReader& env, int local_rank, int local_world_size) {
+  if (auto d = env("SLURMDDP_LOCAL_DEVICE")) {
+    return checked(
+        [&] { return static_cast<int>(launch::parse_uint("SLURMDDP_LOCAL_DEVICE", *d, 0, 1u << 16)); });
+  }
+  auto choice = launch::choose_device(static_cast<uint32_t>(local_rank),
+                                      static_cast<uint32_t>(local_world_size),
+                                      env("CUDA_VISIBLE_DEVICES"), std::nullopt, false);
+  if (!choice.local_device) return std::nullopt;
+  return static_cast<int>(*choice.local_device);
+}
+
+std::string ifname_of(const EnvReader& env) {
+  if (auto v = env("SLURMDDP_IFNAME")) return *v;
+  if (auto v = env("GLOO_SOCKET_IFNAME")) return launch::split(*v, ',').front();
+  return {};
+}
+
+std::optional<std::string> slurm_step(const EnvReader& env) {
+  auto job = env("SLURM_JOB_ID");
+  auto step = env("SLURM_STEP_ID");
+  if (!step) step = env("SLURM_STEPID");
+  if (!job || !step) return std::nullopt;
+  return *job + "." + *step;
+}
+
+// Sources 1 and 2: the torchrun contract (the plugin exports it too).
+ProcessIdentity from_torchrun(const EnvReader& env, IdentitySource source) {
+  ProcessIdentity id;
+  id.source = source;
+  id.world_size = int_var(env, "WORLD_SIZE", 1, kMaxRanks);
+  id.rank = int_var(env, "RANK", 0, kMaxRanks);
+  check_less("RANK", id.rank, "WORLD_SIZE", id.world_size);
+  id.local_world_size = opt_int_var(env, "LOCAL_WORLD_SIZE", 1, kMaxRanks).value_or(id.world_size);
+  id.local_rank = opt_int_var(env, "LOCAL_RANK", 0, kMaxRanks).value_or(id.rank);
+  check_less("LOCAL_RANK", id.local_rank, "LOCAL_WORLD_SIZE", id.local_world_size);
+  if (id.local_world_size > id.world_size) {
+    throw InvalidArgument("identity: contradictory environment: LOCAL_WORLD_SIZE=" +
+                          std::to_string(id.local_world_size) + " > WORLD_SIZE=" +
+                          std::to_string(id.world_size));
+  }
+  auto node = opt_int_var(env, "NODE_RANK", 0, kMaxRanks);
+  if (!node) node = opt_int_var(env, "GROUP_RANK", 0, kMaxRanks);
+  id.node_rank = node.value_or(0);
+  id.num_nodes = opt_int_var(env, "SLURMDDP_NUM_NODES", 1, kMaxRanks)
+                     .value_or((id.world_size + id.local_world_size - 1) / id.local_world_size);
+  check_less("NODE_RANK", id.node_rank, "the node count", id.num_nodes);
+  auto addr = env("MASTER_ADDR");
+  if (!addr || addr->empty()) {
+    throw InvalidArgument(
+        "identity: failed to read the environment: MASTER_ADDR is not set; expected the host name "
+        "or IP address of rank 0's node");
+  }
+  checked([&] { launch::check_host_syntax("MASTER_ADDR", *addr); });
+  id.master_addr = *addr;
+  auto port = env("MASTER_PORT");
+  if (!port) {
+    throw InvalidArgument(
+        "identity: failed to read the environment: MASTER_PORT is not set; expected a TCP port "
+        "number in [1, 65535]");
+  }
+  id.master_port = checked([&] { return launch::parse_port("MASTER_PORT", *port); });
+  id.token = env("SLURMDDP_TOKEN").value_or("");
+  id.local_device = visible_device(env, id.local_rank, id.local_world_size);
+  id.ifname = ifname_of(env);
+  id.step = env("SLURMDDP_STEP").value_or(slurm_step(env).value_or(""));
+  return id;
+}
+
+// Source 3: bare Slurm variables, through the plugin's own rules.
+ProcessIdentity from_slurm(const EnvReader& env) {
+  return checked([&] {
+    auto req = [&](const char* name) {
+      auto v = env(name);
+      if (!v) throw launch::LaunchError(std::string(name) + " is not set");
+      return *v;
+    };
+    auto num = [&](const char* name) {
+      return static_cast<uint32_t>(launch::parse_uint(name, req(name), 0, 0xffffffffu));
+    };
+    launch::StepFacts f;
+    f.job_id = num("SLURM_JOB_ID");
+    f.step_id = env("SLURM_STEP_ID") ? num("SLURM_STEP_ID") : num("SLURM_STEPID");
+    if (!launch::is_task_step(f.step_id)) {
+      throw launch::LaunchError("this is not a task step (SLURM_STEP_ID=" + std::to_string(f.step_id) +
+                                ", the batch or an interactive step); launch the program with srun");
+    }
+    f.node_id = num("SLURM_NODEID");
+    std::string tpn_name = env("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
+                                                             : "SLURM_TASKS_PER_NODE";
+    auto tpn = launch::parse_tasks_per_node(tpn_name, req(tpn_name.c_str()));
+    f.num_nodes = static_cast<uint32_t>(tpn.size());
+    if (f.node_id >= f.num_nodes) {
+      throw launch::LaunchError("SLURM_NODEID=" + std::to_string(f.node_id) + " but " + tpn_name +
+                                " lists " + std::to_string(f.num_nodes) + " nodes");
+    }
+    f.local_task_count = tpn[f.node_id];
+    uint32_t total = 0;
+    for (uint32_t c : tpn) total += c;
+    f.total_task_count = env("SLURM_STEP_NUM_TASKS") ? num("SLURM_STEP_NUM_TASKS")
+                         : env("SLURM_NTASKS")       ? num("SLURM_NTASKS")
+                                                     : total;
+    if (f.total_task_count != total) {
+      throw launch::LaunchError("the task count " + std::to_string(f.total_task_count) +
+                                " differs from the sum of " + tpn_name + " (" +
+                                std::to_string(total) + ")");
+    }
+    std::string nodelist_name = env("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_NODELIST";
+    f.first_node = launch::first_host(nodelist_name, req(nodelist_name.c_str()));
+    f.node_name = env("SLURMD_NODENAME").value_or("?");
+    f.distribution = env("SLURM_DISTRIBUTION").value_or("");
+    f.resv_ports = env("SLURM_STEP_RESV_PORTS").value_or("");
+
+    auto lookup = [&](const char* n) { return env(n); };
+    launch::Settings s =
+        launch::resolve_settings({}, lookup, launch::PlugstackConfig{}, launch::step_name(f));
+    launch::StepPlan plan = launch::plan_step(s, f);
+
+    ProcessIdentity id;
+    id.source = IdentitySource::kSlurm;
+    id.rank = static_cast<int>(num("SLURM_PROCID"));
+    id.local_rank = static_cast<int>(num("SLURM_LOCALID"));
+    id.world_size = static_cast<int>(plan.world_size);
+    id.local_world_size = static_cast<int>(plan.local_world_size);
+    id.node_rank = static_cast<int>(plan.node_rank);
+    id.num_nodes = static_cast<int>(plan.num_nodes);
+    if (id.rank >= id.world_size || id.local_rank >= id.local_world_size) {
+      throw launch::LaunchError("SLURM_PROCID=" + std::to_string(id.rank) + " SLURM_LOCALID=" +
+                                std::to_string(id.local_rank) + " do not fit " +
+                                std::to_string(id.world_size) + " tasks, " +
+                                std::to_string(id.local_world_size) + " on this node");
+    }
+    id.master_addr = plan.master_addr;
+    id.master_port = plan.port.port;
+    id.token = env("SLURMDDP_TOKEN").value_or("");
+    id.local_device = visible_device(env, id.local_rank, id.local_world_size);
+    id.ifname = ifname_of(env);
+    if (id.ifname.empty()) id.ifname = plan.route_ifname;
+    id.step = plan.step;
+    return id;
+  });
+}
+
+bool has_any(const EnvReader& env, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (env(n)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* to_string(IdentitySource s) {
+  switch (s) {
+    case IdentitySource::kPlugin: return "plugin";
+    case IdentitySource::kTorchrun: return "torchrun";
+    case IdentitySource::kSlurm: return "slurm";
+    case IdentitySource::kPmix: return "pmix";
+  }
+  return "?";
+}
+
+std::string ProcessIdentity::describe() const {
+  std::string s = "rank " + std::to_string(rank) + "/" + std::to_string(world_size) + " (local " +
+                  std::to_string(local_rank) + "/" + std::to_string(local_world_size) + ", node " +
+                  std::to_string(node_rank) + "/" + std::to_string(num_nodes) + ")";
+  if (!master_addr.empty()) s += " master " + master_addr + ":" + std::to_string(master_port);
+  s += std::string(" source ") + to_string(source);
+  if (!step.empty()) s += " step " + step;
+  if (local_device) s += " device " + std::to_string(*local_device);
+  s += token.empty() ? " open" : " authenticated";
+  return s;
+}
+
+ProcessIdentity identity_from_environment(const EnvReader& env) {
+  bool plugin_vars = env(launch::kEnvStep).has_value();
+  if (plugin_vars) {
+    auto current = slurm_step(env);
+    if (current && *current != *env(launch::kEnvStep)) {
+      SLURMDDP_LOG_WARN(kComponent, "ignoring RANK, MASTER_ADDR, ... exported for step "
+                                        << *env(launch::kEnvStep) << ": this is step " << *current
+                                        << " (inherited from an outer step)");
+      return from_slurm(env);
+    }
+    return from_torchrun(env, IdentitySource::kPlugin);
+  }
+  if (has_any(env, {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})) {
+    return from_torchrun(env, IdentitySource::kTorchrun);
+  }
+  if (env("SLURM_PROCID") && env("SLURM_JOB_ID")) return from_slurm(env);
+  throw InvalidArgument(
+      "identity: failed to find this process's rank: none of SLURMDDP_STEP (slurm-ddp's plugin), "
+      "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun), SLURM_PROCID (srun) or PMIX_RANK "
+      "(PMIx) is set; launch the program with srun, torchrun or mpirun");
+}
+
+ProcessIdentity identity_from_environment() {
+  EnvReader env = [](const char* n) -> std::optional<std::string> {
+    const char* v = std::getenv(n);
+    return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+  };
+  bool others = env(launch::kEnvStep) || env("RANK") || env("WORLD_SIZE") ||
+                env("MASTER_ADDR") || env("MASTER_PORT") ||
+                (env("SLURM_PROCID") && env("SLURM_JOB_ID"));
+  if (!others && env("PMIX_RANK")) return pmix_identity();
+  return identity_from_environment(env);
+}
+
+}  // namespace slurmddp
