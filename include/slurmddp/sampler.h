@@ -76,6 +76,10 @@ struct SamplerOptions {
   // drop_last.
   bool evaluation = false;
   SamplerMode mode = SamplerMode::kAuto;
+  // The epoch the sampler starts at. Not part of the configuration (states of
+  // any epoch load into the sampler); it spares kTorch a shuffle of epoch 0
+  // when a job starts or resumes at a later epoch.
+  int64_t epoch = 0;
 };
 
 // Where a sampler stands: enough to resume mid-epoch. `fingerprint` identifies
@@ -104,7 +108,7 @@ class DistributedSampler {
   class Iterator;
 
   // The shard of `rank` among `num_replicas` over a dataset of n samples, at
-  // epoch 0. Throws InvalidArgument naming the value when n < 0,
+  // epoch options.epoch. Throws InvalidArgument naming the value when n < 0,
   // num_replicas <= 0, rank outside [0, num_replicas), drop_last together
   // with evaluation, mode kTorch with n > kSamplerTorchMaxSize (with shuffle),
   // or when the padded total ceil(n/R)*R would not fit in int64_t.
@@ -156,7 +160,8 @@ class DistributedSampler {
   void seek(int64_t position);
 
   SamplerState state() const;
-  // Continues from `state`: sets its epoch and position. Throws InvalidArgument
+  // Continues from `state`: sets its epoch and position (costing a shuffle in
+  // kTorch unless the sampler is at that epoch already). Throws InvalidArgument
   // when the fingerprint belongs to another configuration or the position is
   // outside [0, size()]; the sampler is unchanged then.
   void load_state(const SamplerState& state);

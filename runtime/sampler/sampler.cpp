@@ -172,7 +172,7 @@ SamplerState SamplerState::parse(const std::string& text) {
 
 DistributedSampler::DistributedSampler(int64_t n, int64_t num_replicas, int64_t rank,
                                        SamplerOptions options)
-    : n_(n), num_replicas_(num_replicas), rank_(rank), options_(options) {
+    : n_(n), num_replicas_(num_replicas), rank_(rank), options_(options), epoch_(options.epoch) {
   const Shape shape = validate_and_shape(n, num_replicas, rank, options);
   size_ = shape.size;
   total_size_ = shape.total;
@@ -287,15 +287,21 @@ void DistributedSampler::get(int64_t first, int64_t count, int64_t* out) const {
     }
     case Epoch::Kind::kIdentity:
     case Epoch::Kind::kFeistel: {
-      // Positions advance by R; only padding positions (the last few of a
-      // padded shard) wrap, so the common case is one add per index.
+      // Positions advance by R from p0; the first `direct` of them are below
+      // n, the rest (padding at the end of a padded shard: one position when
+      // n >= R) wrap around to the start of the permutation.
       const uint64_t n = static_cast<uint64_t>(n_);
       const uint64_t step = static_cast<uint64_t>(num_replicas_);
-      uint64_t p = static_cast<uint64_t>(rank_) + static_cast<uint64_t>(first) * step;
-      auto* pos = reinterpret_cast<uint64_t*>(out);
-      for (int64_t k = 0; k < count; ++k, p += step) pos[k] = p < n ? p : p % n;
+      const uint64_t p0 = static_cast<uint64_t>(rank_) + static_cast<uint64_t>(first) * step;
+      const uint64_t ucount = static_cast<uint64_t>(count);
+      const uint64_t direct = p0 >= n ? 0 : std::min(ucount, (n - 1 - p0) / step + 1);
+      auto* dst = reinterpret_cast<uint64_t*>(out);
       if (data_->kind == Epoch::Kind::kFeistel) {
-        data_->feistel->map(pos, pos, static_cast<size_t>(count));
+        data_->feistel->map_progression(p0, step, static_cast<size_t>(direct), dst);
+        for (uint64_t k = direct; k < ucount; ++k) dst[k] = (*data_->feistel)((p0 + k * step) % n);
+      } else {
+        for (uint64_t k = 0; k < direct; ++k) dst[k] = p0 + k * step;
+        for (uint64_t k = direct; k < ucount; ++k) dst[k] = (p0 + k * step) % n;
       }
       return;
     }

@@ -235,6 +235,13 @@ TEST(Sampler, EpochsAndSeedsReshuffle) {
     EXPECT_NE(e0, e1);
     DistributedSampler other_seed(1000, 2, 0, opts(true, 1, false, mode));
     EXPECT_NE(all_of(other_seed), e0);
+    // Starting at epoch 1 is the same as moving there; the fingerprint ignores it.
+    SamplerOptions at_one = opts(true, 0, false, mode);
+    at_one.epoch = 1;
+    DistributedSampler started(1000, 2, 0, at_one);
+    EXPECT_EQ(started.epoch(), 1);
+    EXPECT_EQ(all_of(started), e1);
+    EXPECT_EQ(started.fingerprint(), s.fingerprint());
     // Shuffled, not the identity stride.
     DistributedSampler plain(1000, 2, 0, opts(false, 0, false, mode));
     EXPECT_NE(all_of(plain), e0);
