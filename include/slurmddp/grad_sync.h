@@ -1,0 +1,216 @@
+// Gradient synchronization for data-parallel training: after each backward
+// pass every rank holds the average of all ranks' gradients, and the
+// communication runs while the backward pass is still computing.
+//
+//   std::vector<slurmddp::GradParameter> params = ...;  // in registration order
+//   slurmddp::GradSync sync(comm, params);               // checks layouts, broadcasts
+//   for (each step) {
+//     for (each parameter i, in the order backward finishes it) {
+//       compute the gradient of i;
+//       sync.mark_ready(i);                              // may start an allreduce
+//     }
+//     sync.wait();                                       // averaged gradients in place
+//     optimizer step;
+//   }
+//
+// How it works (details in runtime/grad_sync/):
+//  - Parameters are grouped into buckets in reverse registration order (the
+//    order backward usually produces gradients): the first bucket holds at most
+//    `first_bucket_bytes` so that communication starts early, the others at
+//    most `bucket_cap_bytes`. A bucket never mixes data types or devices; a
+//    parameter larger than the cap gets a bucket of its own.
+//  - When every gradient of a bucket is marked ready, its allreduce (average)
+//    is started in the background. Buckets are always launched in bucket
+//    order, identical on every rank: a bucket that fills early waits for the
+//    buckets before it, whatever order gradients become ready in on each rank.
+//  - Buffers live where the communicator wants them (`Communicator::device()`):
+//    host memory for Gloo, CUDA memory for NCCL. On CUDA, bucket copies and
+//    compression casts run as kernels on a communication stream of the engine,
+//    ordered after the compute stream by events.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "slurmddp/communicator.h"
+
+namespace slurmddp {
+
+// Default size limit of the first bucket (the one launched first): small, so
+// that communication starts soon after backward begins.
+inline constexpr size_t kFirstBucketBytes = size_t{1} << 20;
+// Default size limit of every other bucket.
+inline constexpr size_t kBucketCapBytes = size_t{25} << 20;
+
+// The data type gradients travel in. Applies to float32 and float64 buckets;
+// float16 and bfloat16 buckets always travel as they are.
+enum class Compression {
+  kNone,
+  // IEEE binary16: about 3 significant decimal digits; gradients whose
+  // magnitude exceeds 65504 become infinite (as with PyTorch's fp16 hook).
+  kFloat16,
+  // bfloat16: the float32 range with about 2 significant decimal digits.
+  kBFloat16,
+};
+const char* to_string(Compression c);
+
+// One parameter, as registered by the model. All ranks must register the same
+// list: same length and, position by position, the same count, dtype and
+// device kind (checked at construction).
+struct GradParameter {
+  // For error messages only (may differ between ranks); empty: "#<index>".
+  std::string name;
+  // The parameter's values: overwritten with rank 0's at construction when
+  // GradSyncOptions::broadcast_parameters. May be null when count is 0 or the
+  // broadcast is off.
+  void* data = nullptr;
+  // The gradient buffer (count elements of dtype, on the same device): read
+  // when the parameter is marked ready and overwritten with the average.
+  // Must be null with GradSyncOptions::gradient_as_bucket_view (the gradient
+  // then lives in bucket memory: see GradSync::gradient()).
+  void* grad = nullptr;
+  size_t count = 0;
+  // float32, float64, float16 or bfloat16.
+  DataType dtype = DataType::kFloat32;
+  // Must equal the communicator's device(); for CUDA, all parameters must be
+  // on the device that is current when the GradSync is constructed.
+  DeviceKind device = DeviceKind::kHost;
+};
+
+struct GradSyncOptions {
+  // Bucket size limits in bytes (both > 0). All ranks must use the same values.
+  size_t first_bucket_bytes = kFirstBucketBytes;
+  size_t bucket_cap_bytes = kBucketCapBytes;
+  // Wire data type; all ranks must use the same value. Averages are computed
+  // by the communicator's ReduceOp::kAvg on the compressed values (Gloo sums
+  // 16-bit values in float32 and rounds once; NCCL's ncclAvg scales before
+  // summing), so compression cannot overflow a sum that the average fits in.
+  Compression compression = Compression::kNone;
+  // Keep gradients in bucket memory: GradSync::gradient(i) is where backward
+  // must write gradient i, and where the average appears. Saves the copies
+  // into and out of the buckets (PyTorch's gradient_as_bucket_view).
+  bool gradient_as_bucket_view = false;
+  // Overwrite every rank's parameter values with rank 0's at construction.
+  bool broadcast_parameters = true;
+  // Bound on every wait for a collective; zero: the communicator's timeout().
+  std::chrono::milliseconds timeout{0};
+  // CUDA only: the stream (a cudaStream_t) on which backward produces the
+  // gradients and later kernels consume them. Null: the legacy default stream.
+  void* cuda_stream = nullptr;
+};
+
+// One bucket of the plan, for inspection.
+struct GradBucketInfo {
+  DataType dtype = DataType::kFloat32;
+  DeviceKind device = DeviceKind::kHost;
+  // Parameter indices, in the order they sit in the bucket.
+  std::vector<size_t> params;
+  // Elements in the bucket's buffer (parameters plus alignment padding).
+  size_t count = 0;
+  // Bytes each allreduce of this bucket moves (after compression).
+  size_t wire_bytes = 0;
+};
+
+// Timings of the last synchronized step (steady clock, seconds).
+struct GradSyncStepStats {
+  // First mark_ready to the end of wait().
+  double step_seconds = 0;
+  // Time wait() spent blocked for communication to finish.
+  double wait_seconds = 0;
+  // Sum over buckets of issue-to-completion times (buckets overlap, so this
+  // can exceed step_seconds).
+  double bucket_seconds = 0;
+};
+
+// The synchronizer. Thread safety: mark_ready() may be called concurrently
+// from several threads; every other method must not run concurrently with
+// any method (including mark_ready) of the same object. Internally two
+// background threads issue and complete the bucket collectives.
+//
+// Errors: a failed collective (a lost peer, a timeout) breaks the object: the
+// error is rethrown by the next mark_ready() or wait(), and by every later
+// call. Misuse (an index out of range, a parameter marked twice in one step,
+// a step finished with parameters not marked) throws InvalidArgument naming
+// the parameter and also breaks it, because the ranks can no longer agree on
+// the sequence of collectives.
+class GradSync {
+ public:
+  // Plans the buckets, allocates their memory, checks that every rank
+  // registered the same layout and options, then (with broadcast_parameters)
+  // overwrites every parameter with rank 0's values. Collective: every rank
+  // must construct its GradSync at the same point of its sequence of
+  // collectives on `comm`. Blocks until done.
+  // Throws InvalidArgument for bad options or parameters (naming the
+  // parameter, the field and its value) and, on every rank, when the ranks'
+  // layouts differ: the message names the first differing parameter and both
+  // values, e.g. "... parameter 3 ('fc.bias'): count=10 on rank 0, count=12
+  // on rank 2 ...". Errors of the communicator propagate (TimeoutError,
+  // PeerError); CudaError for CUDA failures.
+  GradSync(std::shared_ptr<Communicator> comm, std::vector<GradParameter> params,
+           const GradSyncOptions& options = {});
+  // Waits (at most the timeout per collective) for collectives still in
+  // flight, because they use the buckets' memory. Never throws.
+  ~GradSync();
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  // Declares the gradient of parameter `index` final for this step. When it
+  // completes a bucket, that bucket's allreduce starts in the background as
+  // soon as the buckets before it have started. Non-blocking (on CUDA: records
+  // an event on the compute stream and may enqueue a copy kernel). The first
+  // call after wait() begins a new step. Throws InvalidArgument for an index
+  // out of range or already marked in this step; rethrows a background error.
+  void mark_ready(size_t index);
+
+  // Finishes the step: blocks until every bucket's allreduce completed and the
+  // averaged gradients are in place (in the `grad` buffers, or in bucket memory
+  // with gradient_as_bucket_view). On CUDA it returns once the copies back are
+  // enqueued, with the compute stream ordered after them. While sync is
+  // disabled it returns at once and communicates nothing. Throws
+  // InvalidArgument naming the parameters never marked in this step (when some
+  // were), or the error of a failed collective.
+  void wait();
+
+  // Gradient accumulation (PyTorch's no_sync): while disabled, steps
+  // (mark_ready ... wait) communicate nothing and leave gradients untouched,
+  // so the caller can accumulate into them; the first step after re-enabling
+  // averages the accumulated sums. Takes effect at the next step (a step in
+  // progress keeps the setting it began with). Never throws. All ranks must
+  // agree on which steps sync.
+  void set_sync_enabled(bool enabled) noexcept;
+  bool sync_enabled() const noexcept;
+
+  // With gradient_as_bucket_view: where gradient `index` lives (count
+  // elements of its dtype, on its device; null when count is 0). Stable for
+  // the object's lifetime. Throws InvalidArgument without that option.
+  void* gradient(size_t index) const;
+
+  size_t num_parameters() const;
+  const std::vector<GradBucketInfo>& buckets() const;
+  GradSyncStepStats last_step_stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Disables sync for its lifetime (restoring the previous setting), like
+// `with ddp.no_sync():`.
+class NoSyncScope {
+ public:
+  explicit NoSyncScope(GradSync& sync) : sync_(sync), previous_(sync.sync_enabled()) {
+    sync_.set_sync_enabled(false);
+  }
+  ~NoSyncScope() { sync_.set_sync_enabled(previous_); }
+  NoSyncScope(const NoSyncScope&) = delete;
+  NoSyncScope& operator=(const NoSyncScope&) = delete;
+
+ private:
+  GradSync& sync_;
+  bool previous_;
+};
+
+}  // namespace slurmddp
