@@ -92,6 +92,11 @@ class TcpStoreServer {
   uint16_t port() const;
   TcpStoreServerStats stats() const;
 
+  // Blocks until no authenticated client is connected (connections still in
+  // the handshake do not count) or `timeout` passes; returns whether it got
+  // there. The server keeps serving meanwhile.
+  bool drain(Millis timeout);
+
  private:
   struct Impl;
   explicit TcpStoreServer(std::unique_ptr<Impl> impl);
@@ -112,6 +117,11 @@ struct TcpStoreOptions {
   // How long to keep trying to connect (retrying with exponential backoff),
   // and the deadline of every non-blocking request (set, add, ...).
   Millis timeout{std::chrono::minutes(5)};
+  // With is_server: how long destroying the store keeps serving the other
+  // ranks still connected, so that they can finish their last requests (the
+  // last barrier's reply, a timeout diagnosis) instead of losing the server
+  // under them. It ends as soon as they have all disconnected.
+  Millis linger{5000};
   // Limits of the hosted server; its port and token come from the fields above.
   TcpStoreServerOptions server;
 };

@@ -13,6 +13,7 @@
 #include "parse.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
+#include "store/pipelined.h"
 
 namespace slurmddp {
 
@@ -68,15 +69,25 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
   const auto start = Clock::now();
   const std::string prefix = "barrier/" + name + "/";
   const std::string done = prefix + "done";
-  store.set(rank_key(prefix, rank), Bytes{'1'});
-  int64_t joined = store.add(prefix + "count", 1);
-  if (joined == world_size) store.set(done, Bytes{'1'});
+  int64_t joined = 0;
+  if (auto* p = dynamic_cast<store::Pipelined*>(&store)) {
+    joined = p->set_then_add(rank_key(prefix, rank), Bytes{'1'}, prefix + "count", 1);
+  } else {
+    store.set(rank_key(prefix, rank), Bytes{'1'});
+    joined = store.add(prefix + "count", 1);
+  }
+  if (joined == world_size) {
+    // The last to arrive: everyone is in, nothing to wait for.
+    store.set(done, Bytes{'1'});
+    return;
+  }
   if (joined > world_size) {
-    throw InvalidArgument("store barrier " + launch::quote(name) + ": failed to enter: " +
-                          std::to_string(joined) + " ranks joined but world_size=" +
-                          std::to_string(world_size) +
+    throw InvalidArgument("store barrier " + launch::quote(name) +
+                          ": failed to enter: " + std::to_string(joined) +
+                          " ranks joined but world_size=" + std::to_string(world_size) +
                           " (ranks disagree on the world size, or the barrier name was reused); "
-                          "rank=" + std::to_string(rank));
+                          "rank=" +
+                          std::to_string(rank));
   }
   auto spent = std::chrono::duration_cast<Millis>(Clock::now() - start);
   try {
@@ -85,8 +96,8 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
     std::vector<int> missing;
     find_missing(store, prefix, 0, world_size, &missing);
     if (missing.empty()) return;  // the last rank arrived just as we gave up
-    throw TimeoutError("store barrier '" + name + "': " +
-                       std::to_string(world_size - static_cast<int>(missing.size())) + "/" +
+    throw TimeoutError("store barrier '" + name +
+                       "': " + std::to_string(world_size - static_cast<int>(missing.size())) + "/" +
                        std::to_string(world_size) + " ranks joined; missing: [" +
                        format_ranks(missing) + "]");
   }

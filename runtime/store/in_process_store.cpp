@@ -67,8 +67,8 @@ class InProcessStore final : public Store {
   void wait(const std::vector<std::string>& keys, Millis timeout) override {
     store::validate_keys("wait for", keys);
     std::unique_lock<std::mutex> lock(mu_);
-    bool all = changed_.wait_until(lock, deadline(timeout),
-                                   [&] { return table_.missing(keys).empty(); });
+    bool all =
+        changed_.wait_until(lock, deadline(timeout), [&] { return table_.missing(keys).empty(); });
     if (!all) {
       std::vector<std::string> missing;
       for (uint32_t i : table_.missing(keys)) missing.push_back(keys[i]);
@@ -102,6 +102,8 @@ class InProcessStore final : public Store {
 
 }  // namespace
 
-std::shared_ptr<Store> make_in_process_store() { return std::make_shared<InProcessStore>(); }
+std::shared_ptr<Store> make_in_process_store() {
+  return std::make_shared<InProcessStore>();
+}
 
 }  // namespace slurmddp

@@ -55,9 +55,9 @@ int64_t KvTable::add(const std::string& key, int64_t delta) {
     const char* last = first + v->size();
     auto [ptr, ec] = std::from_chars(first, last, current);
     if (v->empty() || ec != std::errc() || ptr != last) {
-      throw InvalidArgument("store: failed to add to key " + quote(key) +
-                            ": its value is not a decimal integer; value=" +
-                            quote(std::string(first, last)));
+      throw InvalidArgument(
+          "store: failed to add to key " + quote(key) +
+          ": its value is not a decimal integer; value=" + quote(std::string(first, last)));
     }
   }
   int64_t result = 0;
@@ -104,8 +104,8 @@ std::string format_keys(const std::vector<std::string>& keys) {
 std::string timeout_message(const char* op, const std::vector<std::string>& keys,
                             const std::vector<std::string>& missing, Millis timeout,
                             const std::string& where) {
-  std::string object = keys.size() == 1 ? "key " + quote(keys[0])
-                                        : std::to_string(keys.size()) + " keys";
+  std::string object =
+      keys.size() == 1 ? "key " + quote(keys[0]) : std::to_string(keys.size()) + " keys";
   std::string msg = std::string("store: failed to ") + op + " " + object + ": timed out after " +
                     std::to_string(timeout.count()) + " ms; missing=" + format_keys(missing);
   if (!where.empty()) msg += "; " + where;

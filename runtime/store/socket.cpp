@@ -9,7 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "slurmddp/error.h"
@@ -26,17 +28,21 @@ std::string format_endpoint(const std::string& host, uint16_t port) {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+std::string format_address(const sockaddr* addr, socklen_t len) {
+  char host[NI_MAXHOST];
+  char serv[NI_MAXSERV];
+  if (len == 0 || getnameinfo(addr, len, host, sizeof host, serv, sizeof serv,
+                              NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "?";
+  }
+  return format_endpoint(host, static_cast<uint16_t>(std::atoi(serv)));
+}
+
 std::string peer_name(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
-  char host[NI_MAXHOST];
-  char serv[NI_MAXSERV];
-  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, serv, sizeof serv,
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "?";
-  }
-  return format_endpoint(host, static_cast<uint16_t>(std::atoi(serv)));
+  return format_address(reinterpret_cast<sockaddr*>(&ss), len);
 }
 
 void set_nonblocking(int fd) {
@@ -70,11 +76,11 @@ Fd listen_tcp(const std::string& bind_host, uint16_t port, uint16_t* bound) {
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* res = nullptr;
   std::string service = std::to_string(port);
-  int rc = getaddrinfo(bind_host.empty() ? nullptr : bind_host.c_str(), service.c_str(), &hints,
-                       &res);
+  int rc =
+      getaddrinfo(bind_host.empty() ? nullptr : bind_host.c_str(), service.c_str(), &hints, &res);
   if (rc != 0) {
-    throw Error("store: failed to listen on " + where + ": cannot resolve the address: " +
-                gai_strerror(rc));
+    throw Error("store: failed to listen on " + where +
+                ": cannot resolve the address: " + gai_strerror(rc));
   }
   // With an empty host prefer the IPv6 wildcard, which also accepts IPv4
   // once IPV6_V6ONLY is off; fall back to whatever binds.
@@ -91,6 +97,8 @@ Fd listen_tcp(const std::string& bind_host, uint16_t port, uint16_t* bound) {
       int one = 1;
       int zero = 0;
       setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      // Accepted sockets inherit it: replies are single writes, never delayed.
+      setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       if (ai->ai_family == AF_INET6) {
         setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
       }

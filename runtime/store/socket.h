@@ -2,6 +2,8 @@
 // one connect attempt with a deadline, and names for messages.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -39,6 +41,9 @@ class Fd {
 
 // "host:port", with brackets around IPv6 literals.
 std::string format_endpoint(const std::string& host, uint16_t port);
+
+// An IPv4/IPv6 socket address as "addr:port" ("?" if it cannot be formatted).
+std::string format_address(const sockaddr* addr, socklen_t len);
 
 // The peer address of a connected socket as "addr:port" ("?" if unknown).
 std::string peer_name(int fd);

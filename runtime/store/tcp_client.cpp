@@ -30,6 +30,7 @@
 #include "slurmddp/tcp_store.h"
 #include "store/auth.h"
 #include "store/kv_table.h"
+#include "store/pipelined.h"
 #include "store/socket.h"
 #include "store/wire.h"
 
@@ -60,7 +61,7 @@ struct RetryableError {
   std::string why;
 };
 
-class TcpClient final : public TcpStore {
+class TcpClient final : public TcpStore, public store::Pipelined {
  public:
   TcpClient(const TcpStoreOptions& o, std::string host, uint16_t port,
             std::unique_ptr<TcpStoreServer> server)
@@ -69,6 +70,14 @@ class TcpClient final : public TcpStore {
         port_(port),
         endpoint_(store::format_endpoint(host_, port_)),
         server_(std::move(server)) {}
+
+  // A hosting store lets the other ranks finish before its server goes
+  // (TcpStoreOptions::linger): its own connection closes first.
+  ~TcpClient() override {
+    if (!server_) return;
+    fd_.reset();
+    server_->drain(opts_.linger);
+  }
 
   void connect();
 
@@ -103,13 +112,12 @@ class TcpClient final : public TcpStore {
     wire::Writer w(wire::Type::kAdd, 0);
     w.str(key);
     w.i64(delta);
-    Reply r = call(w, io_deadline(), "add to key " + quote(key));
-    expect(r, wire::Type::kInt);
-    wire::Reader rd(r.payload.data(), r.payload.size());
-    int64_t v = rd.i64();
-    if (!rd.done()) protocol_violation("add to key " + quote(key), "a malformed reply");
-    return v;
+    const std::string what = "add to key " + quote(key);
+    return read_int(call(w, io_deadline(), what), what);
   }
+
+  int64_t set_then_add(const std::string& set_key, const Bytes& value, const std::string& add_key,
+                       int64_t delta) override;
 
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
     store::validate_key("compare_set", key);
@@ -165,23 +173,27 @@ class TcpClient final : public TcpStore {
   }
 
   Reply call(wire::Writer& w, Clock::time_point deadline, const std::string& what);
+  std::vector<Reply> call_all(const std::vector<wire::Writer*>& requests,
+                              Clock::time_point deadline, const std::string& what);
   void send_frame(const std::vector<uint8_t>& frame, Clock::time_point deadline,
                   const std::string& what);
   // Reads what the socket has (waiting until `deadline` for something) and
   // hands complete replies over. Called by the reader only, without mu_.
-  void read_replies(Clock::time_point deadline, const std::string& what);
+  void read_replies(Clock::time_point deadline);
   [[noreturn]] void fail(const std::string& what);
   void mark_dead(bool protocol, const std::string& why);
 
   // Handshake, on the fresh socket before any request.
   void handshake(int fd, Clock::time_point deadline);
   Reply read_frame(int fd, Clock::time_point deadline, size_t max);
+  static void send_handshake(int fd, const std::vector<uint8_t>& frame);
 
   void expect(const Reply& r, wire::Type type);
   [[noreturn]] void protocol_violation(const std::string& what, const std::string& why);
   [[noreturn]] void throw_timeout(const char* op, const std::vector<std::string>& keys,
                                   const Reply& r, Millis timeout);
   Bytes read_value(const Reply& r, const std::string& what);
+  int64_t read_int(const Reply& r, const std::string& what);
   bool read_bool(const Reply& r);
 
   const TcpStoreOptions opts_;
@@ -230,8 +242,8 @@ void TcpClient::connect() {
     if (now >= deadline) break;
     // Exponential backoff with +-25% jitter, so that thousands of ranks that
     // failed together do not all retry together; never past the deadline.
-    auto spread = std::uniform_int_distribution<int64_t>(-backoff.count() / 4,
-                                                         backoff.count() / 4)(jitter);
+    auto spread =
+        std::uniform_int_distribution<int64_t>(-backoff.count() / 4, backoff.count() / 4)(jitter);
     auto pause = std::min<Clock::duration>(backoff + Millis(spread), deadline - now);
     std::this_thread::sleep_for(pause);
     backoff = std::min(backoff * 2, kMaxBackoff);
@@ -245,144 +257,162 @@ void TcpClient::connect() {
 }
 
 Reply TcpClient::read_frame(int fd, Clock::time_point deadline, size_t max) {
-  uint8_t head[wire::kLengthSize];
-  std::vector<uint8_t> body;
-  auto read_exact = [&](uint8_t* p, size_t n) {
-    size_t got = 0;
-    while (got < n) {
-      ssize_t r = ::recv(fd, p + got, n - got, 0);
-      if (r > 0) {
-        got += static_cast<size_t>(r);
-        continue;
+  std::vector<uint8_t> buf(max);
+  size_t have = 0;
+  while (true) {
+    if (have >= wire::kLengthSize) {
+      uint32_t len = wire::load_u32(buf.data());
+      if (wire::check_length(len, max) != wire::LengthCheck::kOk) {
+        throw ProtocolError("store: failed to connect to server " + endpoint_ +
+                            ": it does not speak this protocol (a frame length of " +
+                            std::to_string(len) + " bytes in the handshake)");
       }
-      if (r == 0) throw RetryableError{"the server closed the connection during the handshake"};
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        throw RetryableError{std::string("the handshake failed: ") + std::strerror(errno)};
-      }
-      pollfd pfd{fd, POLLIN, 0};
-      int k = poll(&pfd, 1, store::poll_timeout(deadline));
-      if (k == 0) throw RetryableError{"the server accepted the connection but sent no handshake"};
+      if (have >= wire::kLengthSize + len) break;
     }
-  };
-  read_exact(head, sizeof head);
-  uint32_t len = wire::load_u32(head);
-  if (wire::check_length(len, max) != wire::LengthCheck::kOk) {
-    throw ProtocolError("store: failed to connect to server " + endpoint_ +
-                        ": it does not speak this protocol (a frame length of " +
-                        std::to_string(len) + " bytes in the handshake)");
+    pollfd pfd{fd, POLLIN, 0};
+    int k = poll(&pfd, 1, store::poll_timeout(deadline));
+    if (k == 0) throw RetryableError{"the server accepted the connection but sent no handshake"};
+    if (k < 0) continue;  // EINTR
+    // The server sends nothing after its hello until the client answers, so
+    // reading up to `max` bytes cannot take bytes of a later frame.
+    ssize_t r = ::recv(fd, buf.data() + have, max - have, 0);
+    if (r == 0) throw RetryableError{"the server closed the connection during the handshake"};
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      throw RetryableError{std::string("the handshake failed: ") + std::strerror(errno)};
+    }
+    have += static_cast<size_t>(r);
   }
-  body.resize(len);
-  read_exact(body.data(), len);
-  if (body[0] != wire::kVersion) {
+  wire::Header h = wire::decode_header(buf.data());
+  if (h.version != wire::kVersion) {
     throw ProtocolError("store: failed to connect to server " + endpoint_ +
-                        ": it speaks protocol version " + std::to_string(body[0]) +
+                        ": it speaks protocol version " + std::to_string(h.version) +
                         ", this client speaks " + std::to_string(wire::kVersion));
   }
   Reply r;
-  r.type = static_cast<wire::Type>(body[1]);
-  r.payload.assign(body.begin() + (wire::kHeaderSize - wire::kLengthSize), body.end());
+  r.type = h.type;
+  r.payload.assign(buf.begin() + wire::kHeaderSize, buf.begin() + wire::kLengthSize + h.length);
   return r;
 }
 
-void TcpClient::handshake(int fd, Clock::time_point deadline) {
-  const std::string where = "store: failed to authenticate to server " + endpoint_ + ": ";
-  Reply hello = read_frame(fd, deadline, wire::kMaxHandshakeFrame);
-  wire::Reader r(hello.payload.data(), hello.payload.size());
-  uint8_t auth_required = r.u8();
-  auth::Nonce server_nonce{};
-  r.raw(server_nonce.data(), server_nonce.size());
-  if (hello.type != wire::Type::kServerHello || !r.done() || auth_required > 1) {
-    throw ProtocolError("store: failed to connect to server " + endpoint_ +
-                        ": it does not speak this protocol (no valid server hello)");
-  }
-  const bool use_token = !opts_.token.empty();
-  if (!auth_required && use_token) {
-    throw ProtocolError(where +
-                        "the server does not ask for a token but this client has one "
-                        "(SLURMDDP_TOKEN set here, not on the server?); refusing a server that "
-                        "cannot prove it belongs to this job");
-  }
-  if (!auth_required) {
-    SLURMDDP_LOG_DEBUG("store", "server " << endpoint_
-                                          << " runs without a token: the connection is not "
-                                             "authenticated");
-  }
-  auth::Nonce client_nonce = auth::random_nonce();
-  wire::Writer w(wire::Type::kClientHello, 0);
-  w.raw(client_nonce.data(), client_nonce.size());
-  if (use_token) {
-    w.u8(1);
-    auth::Proof p = auth::client_proof(opts_.token, server_nonce, client_nonce);
-    w.raw(p.data(), p.size());
-  } else {
-    w.u8(0);
-  }
-  std::vector<uint8_t> frame = w.finish();
+void TcpClient::send_handshake(int fd, const std::vector<uint8_t>& frame) {
   size_t sent = 0;
   while (sent < frame.size()) {
     ssize_t n = ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno != EINTR && errno != EAGAIN) {
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
       throw RetryableError{std::string("the handshake failed: ") + std::strerror(errno)};
     }
-    if (n > 0) sent += static_cast<size_t>(n);
   }
-  Reply answer = read_frame(fd, deadline, wire::kMaxHandshakeFrame + 1024);
-  wire::Reader a(answer.payload.data(), answer.payload.size());
-  if (answer.type == wire::Type::kAuthRefused) {
-    a.u8();
-    std::string msg = a.str(1024);
-    throw ProtocolError(where + "authentication refused by the server: " +
-                        (a.done() ? msg : std::string("(no reason given)")) +
-                        "; client_has_token=" + (use_token ? "yes" : "no"));
+}
+
+// The client's side of the handshake (Note [Store wire protocol]): one round
+// trip, then the proof goes out and requests may follow at once.
+void TcpClient::handshake(int fd, Clock::time_point deadline) {
+  const std::string where = "store: failed to authenticate to server " + endpoint_ + ": ";
+  auth::Nonce client_nonce = auth::random_nonce();
+  wire::Writer hello(wire::Type::kClientHello, 0);
+  hello.raw(client_nonce.data(), client_nonce.size());
+  send_handshake(fd, hello.finish());
+
+  Reply answer = read_frame(fd, deadline, wire::kMaxHandshakeFrame);
+  wire::Reader r(answer.payload.data(), answer.payload.size());
+  const uint8_t auth_required = r.u8();
+  auth::Nonce server_nonce{};
+  r.raw(server_nonce.data(), server_nonce.size());
+  auth::Proof server_proof{};
+  if (auth_required == 1) r.raw(server_proof.data(), server_proof.size());
+  if (answer.type != wire::Type::kServerHello || !r.done() || auth_required > 1) {
+    throw ProtocolError("store: failed to connect to server " + endpoint_ +
+                        ": it does not speak this protocol (no valid server hello)");
   }
-  if (answer.type != wire::Type::kAuthOk) {
-    throw ProtocolError(where + "the server answered the handshake with a " +
-                        wire::type_name(answer.type) + " frame");
+  const bool have_token = !opts_.token.empty();
+  if (!auth_required) {
+    if (have_token) {
+      throw ProtocolError(where +
+                          "the server does not ask for a token but this client has one "
+                          "(SLURMDDP_TOKEN set here, not on the server?); refusing a server that "
+                          "cannot prove it belongs to this job");
+    }
+    SLURMDDP_LOG_DEBUG("store", "server " << endpoint_
+                                          << " runs without a token: the connection is not "
+                                             "authenticated");
+    return;
   }
-  uint8_t has_proof = a.u8();
-  auth::Proof proof{};
-  if (has_proof == 1) a.raw(proof.data(), proof.size());
-  if (!a.done() || has_proof > 1) {
-    throw ProtocolError(where + "the server's handshake answer is malformed");
+  // Never prove anything to a server that has not proved itself first; tell
+  // it why, so that it can log the refusal.
+  auto abort = [&](wire::AbortReason why, const std::string& msg) {
+    wire::Writer w(wire::Type::kAuthAbort, 0);
+    w.u8(static_cast<uint8_t>(why));
+    try {
+      send_handshake(fd, w.finish());
+    } catch (const RetryableError&) {
+      // The refusal below says everything the caller needs.
+    }
+    throw ProtocolError(where + "authentication refused: " + msg);
+  };
+  if (!have_token) {
+    abort(wire::AbortReason::kNoToken,
+          "the server requires a token and this client has none (is SLURMDDP_TOKEN set for "
+          "every rank?)");
   }
-  if (use_token &&
-      (has_proof != 1 ||
-       !auth::equal(proof, auth::server_proof(opts_.token, server_nonce, client_nonce)))) {
-    throw ProtocolError(where +
-                        "the server's proof does not match this client's token (a server of "
-                        "another job on this port?)");
+  const auth::Prover prover(opts_.token);
+  if (!auth::equal(server_proof, prover.server_proof(client_nonce, server_nonce))) {
+    abort(wire::AbortReason::kWrongProof,
+          "the server's proof does not match this client's token (SLURMDDP_TOKEN differs "
+          "between this rank and the server, or the port belongs to another job's server)");
   }
+  wire::Writer proof(wire::Type::kClientProof, 0);
+  auth::Proof mine = prover.client_proof(server_nonce, client_nonce);
+  proof.raw(mine.data(), mine.size());
+  send_handshake(fd, proof.finish());
 }
 
 // ---- requests ----
 
 Reply TcpClient::call(wire::Writer& w, Clock::time_point deadline, const std::string& what) {
-  const uint32_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
-  std::vector<uint8_t> frame = w.finish();
-  // The id sits after the length, version and type bytes.
-  frame[6] = static_cast<uint8_t>(id >> 24);
-  frame[7] = static_cast<uint8_t>(id >> 16);
-  frame[8] = static_cast<uint8_t>(id >> 8);
-  frame[9] = static_cast<uint8_t>(id);
-  Slot slot;
+  return std::move(call_all({&w}, deadline, what)[0]);
+}
+
+// Sends the requests back to back in one write (they are applied in order)
+// and waits for every reply.
+std::vector<Reply> TcpClient::call_all(const std::vector<wire::Writer*>& requests,
+                                       Clock::time_point deadline, const std::string& what) {
+  std::vector<uint8_t> frames;
+  std::vector<uint32_t> ids;
+  for (wire::Writer* w : requests) {
+    const uint32_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    std::vector<uint8_t> f = w->finish();
+    // The id sits after the length, version and type bytes.
+    f[6] = static_cast<uint8_t>(id >> 24);
+    f[7] = static_cast<uint8_t>(id >> 16);
+    f[8] = static_cast<uint8_t>(id >> 8);
+    f[9] = static_cast<uint8_t>(id);
+    frames.insert(frames.end(), f.begin(), f.end());
+    ids.push_back(id);
+  }
+  std::vector<Slot> slots(ids.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!dead_.empty()) fail(what);
-    slots_[id] = &slot;
+    for (size_t i = 0; i < ids.size(); ++i) slots_[ids[i]] = &slots[i];
   }
   struct Unregister {
     TcpClient* self;
-    uint32_t id;
+    const std::vector<uint32_t>& ids;
     ~Unregister() {
       std::lock_guard<std::mutex> lock(self->mu_);
-      self->slots_.erase(id);
+      for (uint32_t id : ids) self->slots_.erase(id);
     }
-  } unregister{this, id};
-  send_frame(frame, deadline, what);
+  } unregister{this, ids};
+  send_frame(frames, deadline, what);
 
+  auto all_done = [&slots] {
+    return std::all_of(slots.begin(), slots.end(), [](const Slot& s) { return s.done; });
+  };
   std::unique_lock<std::mutex> lock(mu_);
-  while (!slot.done) {
+  while (!all_done()) {
     if (!dead_.empty()) fail(what);
     if (Clock::now() >= deadline) {
       throw TimeoutError("store: failed to " + what + ": no reply from server " + endpoint_ +
@@ -392,10 +422,11 @@ Reply TcpClient::call(wire::Writer& w, Clock::time_point deadline, const std::st
       cv_.wait_until(lock, deadline);
       continue;
     }
+    // Note [Store client leader/follower]
     reader_active_ = true;
     lock.unlock();
     try {
-      read_replies(deadline, what);
+      read_replies(deadline);
     } catch (...) {
       lock.lock();
       reader_active_ = false;
@@ -406,7 +437,26 @@ Reply TcpClient::call(wire::Writer& w, Clock::time_point deadline, const std::st
     reader_active_ = false;
     cv_.notify_all();
   }
-  return std::move(slot.reply);
+  std::vector<Reply> replies;
+  for (Slot& slot : slots) replies.push_back(std::move(slot.reply));
+  return replies;
+}
+
+int64_t TcpClient::set_then_add(const std::string& set_key, const Bytes& value,
+                                const std::string& add_key, int64_t delta) {
+  store::validate_key("set", set_key);
+  store::validate_value("set", set_key, value.size());
+  store::validate_key("add", add_key);
+  wire::Writer set(wire::Type::kSet, 0);
+  set.str(set_key);
+  set.bytes(value.data(), value.size());
+  wire::Writer add(wire::Type::kAdd, 0);
+  add.str(add_key);
+  add.i64(delta);
+  const std::string what = "set key " + quote(set_key) + " and add to key " + quote(add_key);
+  std::vector<Reply> r = call_all({&set, &add}, io_deadline(), what);
+  expect(r[0], wire::Type::kOk);
+  return read_int(r[1], "add to key " + quote(add_key));
 }
 
 void TcpClient::send_frame(const std::vector<uint8_t>& frame, Clock::time_point deadline,
@@ -439,14 +489,31 @@ void TcpClient::send_frame(const std::vector<uint8_t>& frame, Clock::time_point 
   }
 }
 
-void TcpClient::read_replies(Clock::time_point deadline, const std::string& what) {
-  (void)what;
+void TcpClient::read_replies(Clock::time_point deadline) {
   pollfd p{fd_.get(), POLLIN, 0};
   int k = poll(&p, 1, store::poll_timeout(deadline));
   if (k <= 0) return;  // the caller checks its deadline
   while (true) {
-    if (in_.size() - in_len_ < 64 * 1024) in_.resize(in_len_ + 64 * 1024);
-    ssize_t n = ::recv(fd_.get(), in_.data() + in_len_, in_.size() - in_len_, 0);
+    // Small replies go through a stack buffer; the rest of a large frame
+    // whose length is known (and checked) is read straight into place.
+    uint8_t small[16 * 1024];
+    size_t rest = 0;
+    if (in_len_ >= wire::kLengthSize) {
+      uint32_t len = wire::load_u32(in_.data());
+      if (wire::check_length(len, wire::kMaxFrame) != wire::LengthCheck::kOk) {
+        mark_dead(true, "the server sent a malformed frame");
+        return;
+      }
+      rest = wire::kLengthSize + len - std::min<size_t>(in_len_, wire::kLengthSize + len);
+    }
+    uint8_t* dst = small;
+    size_t cap = sizeof small;
+    if (rest > sizeof small) {
+      if (in_.size() < in_len_ + rest) in_.resize(in_len_ + rest);
+      dst = in_.data() + in_len_;
+      cap = rest;
+    }
+    ssize_t n = ::recv(fd_.get(), dst, cap, 0);
     if (n == 0) {
       mark_dead(false, "the server closed the connection");
       return;
@@ -457,8 +524,12 @@ void TcpClient::read_replies(Clock::time_point deadline, const std::string& what
       mark_dead(false, std::strerror(errno));
       return;
     }
+    if (dst == small) {
+      if (in_.size() < in_len_ + static_cast<size_t>(n)) in_.resize(in_len_ + n);
+      std::memcpy(in_.data() + in_len_, small, static_cast<size_t>(n));
+    }
     in_len_ += static_cast<size_t>(n);
-    if (static_cast<size_t>(n) < 64 * 1024) break;
+    if (static_cast<size_t>(n) < cap) break;  // drained: do not pay for an EAGAIN
   }
   // Hand over complete frames.
   size_t pos = 0;
@@ -474,6 +545,13 @@ void TcpClient::read_replies(Clock::time_point deadline, const std::string& what
     size_t total = wire::kLengthSize + len;
     if (in_len_ - pos < total) break;
     wire::Header h = wire::decode_header(f);
+    if (h.type == wire::Type::kAuthRefused) {
+      // Only after a proof the server did not accept, which equal tokens never cause.
+      wire::Reader rd(f + wire::kHeaderSize, total - wire::kHeaderSize);
+      rd.u8();
+      mark_dead(true, "authentication refused by the server: " + rd.str(1024));
+      return;
+    }
     Reply r;
     r.type = h.type;
     r.payload.assign(f + wire::kHeaderSize, f + total);
@@ -505,8 +583,8 @@ void TcpClient::mark_dead(bool protocol, const std::string& why) {
 
 // Throws the error of a lost connection. Call with mu_ held.
 void TcpClient::fail(const std::string& what) {
-  std::string msg = "store: failed to " + what + ": lost the connection to server " + endpoint_ +
-                    ": " + dead_;
+  std::string msg =
+      "store: failed to " + what + ": lost the connection to server " + endpoint_ + ": " + dead_;
   if (dead_protocol_) throw ProtocolError(msg);
   throw PeerError(msg);
 }
@@ -521,9 +599,9 @@ void TcpClient::expect(const Reply& r, wire::Type type) {
     if (code == wire::ErrorCode::kBusy) throw Error(msg + "; server=" + endpoint_);
     throw ProtocolError(msg + "; server=" + endpoint_);
   }
-  protocol_violation(std::string("read a reply"),
-                     std::string("expected a ") + wire::type_name(type) + " reply, got " +
-                         wire::type_name(r.type));
+  protocol_violation(std::string("read a reply"), std::string("expected a ") +
+                                                      wire::type_name(type) + " reply, got " +
+                                                      wire::type_name(r.type));
 }
 
 void TcpClient::protocol_violation(const std::string& what, const std::string& why) {
@@ -531,8 +609,8 @@ void TcpClient::protocol_violation(const std::string& what, const std::string& w
   throw ProtocolError("store: failed to " + what + ": server " + endpoint_ + " sent " + why);
 }
 
-void TcpClient::throw_timeout(const char* op, const std::vector<std::string>& keys,
-                              const Reply& r, Millis timeout) {
+void TcpClient::throw_timeout(const char* op, const std::vector<std::string>& keys, const Reply& r,
+                              Millis timeout) {
   wire::Reader rd(r.payload.data(), r.payload.size());
   uint32_t n = rd.u32();
   std::vector<std::string> missing;
@@ -547,6 +625,14 @@ Bytes TcpClient::read_value(const Reply& r, const std::string& what) {
   wire::Reader rd(r.payload.data(), r.payload.size());
   Bytes v = rd.bytes(kMaxValueSize);
   if (!rd.done()) protocol_violation(what, "a malformed value reply");
+  return v;
+}
+
+int64_t TcpClient::read_int(const Reply& r, const std::string& what) {
+  expect(r, wire::Type::kInt);
+  wire::Reader rd(r.payload.data(), r.payload.size());
+  int64_t v = rd.i64();
+  if (!rd.done()) protocol_violation(what, "a malformed reply");
   return v;
 }
 

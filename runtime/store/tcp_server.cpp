@@ -30,6 +30,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -40,9 +41,11 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -93,14 +96,22 @@ enum class Refusal : int {
 
 const char* refusal_name(Refusal r) {
   switch (r) {
-    case Refusal::kMalformed: return "malformed";
-    case Refusal::kOversized: return "oversized";
-    case Refusal::kNoToken: return "no-token";
-    case Refusal::kWrongToken: return "wrong-token";
-    case Refusal::kHandshakeTimeout: return "handshake-timeout";
-    case Refusal::kStalled: return "stalled";
-    case Refusal::kOverCapacity: return "over-capacity";
-    case Refusal::kCount: break;
+    case Refusal::kMalformed:
+      return "malformed";
+    case Refusal::kOversized:
+      return "oversized";
+    case Refusal::kNoToken:
+      return "no-token";
+    case Refusal::kWrongToken:
+      return "wrong-token";
+    case Refusal::kHandshakeTimeout:
+      return "handshake-timeout";
+    case Refusal::kStalled:
+      return "stalled";
+    case Refusal::kOverCapacity:
+      return "over-capacity";
+    case Refusal::kCount:
+      break;
   }
   return "?";
 }
@@ -118,9 +129,15 @@ struct OutChunk {
 struct Conn {
   uint64_t id = 0;
   Fd fd;
-  std::string peer;
+  sockaddr_storage addr{};  // the peer, formatted only when logged
+  socklen_t addr_len = 0;
   bool authenticated = false;
+  bool awaiting_proof = false;  // sent our hello and proof, waiting for the client's
+  auth::Nonce client_nonce{};
   auth::Nonce server_nonce{};
+  std::string peer() const {
+    return store::format_address(reinterpret_cast<const sockaddr*>(&addr), addr_len);
+  }
   Clock::time_point handshake_due;
   // Input: in[0, in_len) are received bytes not yet consumed (a partial frame,
   // or whole frames held back while the output is over its bound).
@@ -171,7 +188,8 @@ struct TcpStoreServer::Impl {
   bool consume_buffered(Conn& c);
   void arm_stall(Conn& c);
   bool on_frame(Conn& c, const uint8_t* frame, size_t size);
-  bool on_client_hello(Conn& c, const wire::Header& h, const uint8_t* payload, size_t n);
+  bool on_handshake(Conn& c, const wire::Header& h, const uint8_t* payload, size_t n);
+  void authenticate(Conn& c);
   bool on_request(Conn& c, wire::Request& req);
 
   // Parking.
@@ -202,6 +220,7 @@ struct TcpStoreServer::Impl {
   }
 
   TcpStoreServerOptions opts;
+  std::unique_ptr<auth::Prover> prover;  // with a token
   Fd listen_fd;
   Fd epoll_fd;
   Fd wake_fd;
@@ -209,6 +228,9 @@ struct TcpStoreServer::Impl {
   uint16_t port = 0;
   std::thread thread;
   std::atomic<bool> stopping{false};
+  // drain() sleeps here until no authenticated connection is left.
+  std::mutex drain_mu;
+  std::condition_variable drained;
 
   // Loop-thread state.
   store::KvTable table;
@@ -228,7 +250,8 @@ struct TcpStoreServer::Impl {
   // Published counters (written by the loop thread only).
   struct Counters {
     std::atomic<uint64_t> accepted{0}, open{0}, unauthenticated{0}, peak_unauthenticated{0},
-        authenticated{0}, requests{0}, parked{0}, keys{0}, buffered{0}, peak_buffered{0};
+        authenticated{0}, requests{0}, parked{0}, keys{0}, buffered{0}, peak_buffered{0},
+        clients{0};  // authenticated connections open now
     std::array<std::atomic<uint64_t>, static_cast<size_t>(Refusal::kCount)> refused{};
   } counters;
 };
@@ -244,6 +267,7 @@ TcpStoreServer::Impl::~Impl() {
 }
 
 void TcpStoreServer::Impl::start() {
+  if (!opts.token.empty()) prover = std::make_unique<auth::Prover>(opts.token);
   listen_fd = store::listen_tcp(opts.bind_host, opts.port, &port);
   epoll_fd = Fd(epoll_create1(EPOLL_CLOEXEC));
   wake_fd = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -263,7 +287,10 @@ void TcpStoreServer::Impl::start() {
                                                      << " runs without a token: any client that "
                                                         "can reach the port may use the store");
   }
-  thread = std::thread([this] { run(); });
+  thread = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ddp-store");  // shows in top -H, ps -L
+    run();
+  });
 }
 
 void TcpStoreServer::Impl::run() {
@@ -329,7 +356,10 @@ void TcpStoreServer::Impl::run() {
 
 void TcpStoreServer::Impl::on_accept() {
   for (int i = 0; i < kAcceptBatch; ++i) {
-    int fd = accept4(listen_fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof addr;
+    int fd = accept4(listen_fd.get(), reinterpret_cast<sockaddr*>(&addr), &addr_len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if ((errno == EMFILE || errno == ENFILE) && spare_fd.valid()) {
@@ -350,9 +380,8 @@ void TcpStoreServer::Impl::on_accept() {
     Conn& c = *conn;
     c.id = next_conn++;
     c.fd = Fd(fd);
-    c.peer = store::peer_name(fd);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c.addr = addr;  // TCP_NODELAY comes from the listening socket
+    c.addr_len = addr_len;
     conns.emplace(c.id, std::move(conn));
     unauthenticated.insert(c.id);
     counters.accepted.fetch_add(1, std::memory_order_relaxed);
@@ -363,12 +392,6 @@ void TcpStoreServer::Impl::on_accept() {
     epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev);
     c.handshake_due = Clock::now() + opts.handshake_timeout;
     timers.emplace(c.handshake_due, TimerKind::kHandshake, c.id);
-
-    c.server_nonce = auth::random_nonce();
-    wire::Writer w(wire::Type::kServerHello, 0);
-    w.u8(opts.token.empty() ? 0 : 1);
-    w.raw(c.server_nonce.data(), c.server_nonce.size());
-    send(c, w.finish());
 
     if (unauthenticated.size() > opts.max_unauthenticated) {
       Conn* oldest = find(*unauthenticated.begin());
@@ -398,7 +421,7 @@ void TcpStoreServer::Impl::on_readable(Conn& c) {
     }
     ssize_t n = ::recv(c.fd.get(), scratch.data(), want, 0);
     if (n == 0) {
-      SLURMDDP_LOG_DEBUG(kComponent, "connection from " << c.peer << " closed by the client");
+      SLURMDDP_LOG_DEBUG(kComponent, "connection from " << c.peer() << " closed by the client");
       close_conn(c);
       return;
     }
@@ -406,7 +429,7 @@ void TcpStoreServer::Impl::on_readable(Conn& c) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       SLURMDDP_LOG_DEBUG(kComponent,
-                         "connection from " << c.peer << " failed: " << std::strerror(errno));
+                         "connection from " << c.peer() << " failed: " << std::strerror(errno));
       close_conn(c);
       return;
     }
@@ -433,6 +456,7 @@ void TcpStoreServer::Impl::on_readable(Conn& c) {
       if (!consume_buffered(c)) return;
     }
     if (find(id) == nullptr) return;
+    if (got < want) break;  // drained: level-triggered epoll reports more
   }
   if (c.in_len > 0) arm_stall(c);
   account(c);
@@ -513,20 +537,13 @@ bool TcpStoreServer::Impl::on_frame(Conn& c, const uint8_t* frame, size_t size) 
   wire::Header h = wire::decode_header(frame);
   const uint8_t* payload = frame + wire::kHeaderSize;
   const size_t n = size - wire::kHeaderSize;
-  if (!c.authenticated) {
-    if (h.type != wire::Type::kClientHello) {
-      refuse(c, Refusal::kMalformed,
-             std::string("sent a ") + wire::type_name(h.type) + " frame before the handshake");
-      return false;
-    }
-    return on_client_hello(c, h, payload, n);
-  }
+  if (!c.authenticated) return on_handshake(c, h, payload, n);
   wire::Request req;
   std::string why;
   if (!wire::is_request(h.type) || !wire::decode_request(h, payload, n, &req, &why)) {
     if (why.empty()) {
-      why = "sent a frame of type " + std::to_string(static_cast<unsigned>(h.type)) +
-            " (" + wire::type_name(h.type) + "), which is not a request";
+      why = "sent a frame of type " + std::to_string(static_cast<unsigned>(h.type)) + " (" +
+            wire::type_name(h.type) + "), which is not a request";
     }
     send_error(c, h.id, wire::ErrorCode::kProtocol, "store: malformed request: " + why);
     if (flush(c)) refuse(c, Refusal::kMalformed, why);
@@ -536,49 +553,82 @@ bool TcpStoreServer::Impl::on_frame(Conn& c, const uint8_t* frame, size_t size) 
   return on_request(c, req);
 }
 
-bool TcpStoreServer::Impl::on_client_hello(Conn& c, const wire::Header& h,
-                                           const uint8_t* payload, size_t n) {
-  (void)h;
+// The server's side of the handshake (Note [Store wire protocol]).
+bool TcpStoreServer::Impl::on_handshake(Conn& c, const wire::Header& h, const uint8_t* payload,
+                                        size_t n) {
+  using wire::Type;
+  const Type expected = c.awaiting_proof ? Type::kClientProof : Type::kClientHello;
   wire::Reader r(payload, n);
-  auth::Nonce client_nonce{};
-  r.raw(client_nonce.data(), client_nonce.size());
-  uint8_t has_proof = r.u8();
-  auth::Proof proof{};
-  if (has_proof == 1) r.raw(proof.data(), proof.size());
-  if (!r.done() || has_proof > 1) {
-    refuse(c, Refusal::kMalformed, "sent a malformed client hello");
+  if (c.awaiting_proof && h.type == Type::kAuthAbort) {
+    auto why = static_cast<wire::AbortReason>(r.u8());
+    if (!r.done()) {
+      refuse(c, Refusal::kMalformed, "sent a malformed auth-abort");
+    } else if (why == wire::AbortReason::kNoToken) {
+      refuse(c, Refusal::kNoToken,
+             "the server requires a token and the client has none (SLURMDDP_TOKEN unset on that "
+             "rank?)");
+    } else {
+      refuse(c, Refusal::kWrongToken,
+             "the client found that the server's proof does not match its token (a different "
+             "SLURMDDP_TOKEN)");
+    }
     return false;
   }
-  auto refuse_auth = [&](Refusal why, wire::RefuseReason code, const std::string& msg) {
-    wire::Writer w(wire::Type::kAuthRefused, h.id);
-    w.u8(static_cast<uint8_t>(code));
+  if (h.type != expected) {
+    refuse(c, Refusal::kMalformed,
+           std::string("sent a ") + wire::type_name(h.type) + " frame where a " +
+               wire::type_name(expected) + " belongs");
+    return false;
+  }
+  if (!c.awaiting_proof) {
+    r.raw(c.client_nonce.data(), c.client_nonce.size());
+    if (!r.done()) {
+      refuse(c, Refusal::kMalformed, "sent a malformed client hello");
+      return false;
+    }
+    c.server_nonce = auth::random_nonce();
+    wire::Writer w(Type::kServerHello, h.id);
+    w.u8(opts.token.empty() ? 0 : 1);
+    w.raw(c.server_nonce.data(), c.server_nonce.size());
+    if (!opts.token.empty()) {
+      auth::Proof mine = prover->server_proof(c.client_nonce, c.server_nonce);
+      w.raw(mine.data(), mine.size());
+    }
+    send(c, w.finish());
+    if (opts.token.empty()) {
+      authenticate(c);
+    } else {
+      c.awaiting_proof = true;
+    }
+    return true;
+  }
+  auth::Proof proof{};
+  r.raw(proof.data(), proof.size());
+  if (!r.done()) {
+    refuse(c, Refusal::kMalformed, "sent a malformed client proof");
+    return false;
+  }
+  if (!auth::equal(proof, prover->client_proof(c.server_nonce, c.client_nonce))) {
+    const std::string msg =
+        "the client's proof does not match the server's token (a different SLURMDDP_TOKEN, or "
+        "a replayed handshake)";
+    wire::Writer w(Type::kAuthRefused, h.id);
+    w.u8(static_cast<uint8_t>(wire::RefuseReason::kWrongProof));
     w.str(msg);
     send(c, w.finish());
-    if (flush(c)) refuse(c, why, msg);
+    if (flush(c)) refuse(c, Refusal::kWrongToken, msg);
     return false;
-  };
-  wire::Writer ok(wire::Type::kAuthOk, h.id);
-  if (opts.token.empty()) {
-    ok.u8(0);
-  } else if (has_proof == 0) {
-    return refuse_auth(Refusal::kNoToken, wire::RefuseReason::kNoProof,
-                       "the server requires a token and the client sent no proof of one "
-                       "(is SLURMDDP_TOKEN set for every rank?)");
-  } else if (!auth::equal(proof, auth::client_proof(opts.token, c.server_nonce, client_nonce))) {
-    return refuse_auth(Refusal::kWrongToken, wire::RefuseReason::kWrongProof,
-                       "the client's proof does not match the server's token "
-                       "(a different SLURMDDP_TOKEN, or a replayed handshake)");
-  } else {
-    ok.u8(1);
-    auth::Proof mine = auth::server_proof(opts.token, c.server_nonce, client_nonce);
-    ok.raw(mine.data(), mine.size());
   }
-  send(c, ok.finish());
+  authenticate(c);
+  return true;
+}
+
+void TcpStoreServer::Impl::authenticate(Conn& c) {
   c.authenticated = true;
+  c.awaiting_proof = false;
   unauthenticated.erase(c.id);
   timers.erase(Timer{c.handshake_due, TimerKind::kHandshake, c.id});
   counters.authenticated.fetch_add(1, std::memory_order_relaxed);
-  return true;
 }
 
 bool TcpStoreServer::Impl::on_request(Conn& c, wire::Request& req) {
@@ -653,7 +703,8 @@ void TcpStoreServer::Impl::park(Conn& c, wire::Request& req) {
   if (c.waiters.size() >= opts.max_parked_per_connection) {
     send_error(c, req.id, wire::ErrorCode::kBusy,
                "store: failed to park the request: too many blocked requests on one connection; "
-               "limit=" + std::to_string(opts.max_parked_per_connection));
+               "limit=" +
+                   std::to_string(opts.max_parked_per_connection));
     return;
   }
   uint64_t wid = next_waiter++;
@@ -750,8 +801,10 @@ void TcpStoreServer::Impl::on_timer(const Timer& t) {
         if (c->in_len == 0 || c->paused) break;
         if (c->last_progress + opts.stall_timeout <= Clock::now()) {
           refuse(*c, Refusal::kStalled,
-                 "held a partial frame (" + std::to_string(c->in_len) + " bytes) without progress "
-                 "for " + std::to_string(opts.stall_timeout.count()) + " ms");
+                 "held a partial frame (" + std::to_string(c->in_len) +
+                     " bytes) without progress "
+                     "for " +
+                     std::to_string(opts.stall_timeout.count()) + " ms");
         } else {
           arm_stall(*c);
         }
@@ -815,7 +868,7 @@ bool TcpStoreServer::Impl::flush(Conn& c) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       SLURMDDP_LOG_DEBUG(kComponent,
-                         "connection from " << c.peer << " failed: " << std::strerror(errno));
+                         "connection from " << c.peer() << " failed: " << std::strerror(errno));
       close_conn(c);
       return false;
     }
@@ -860,10 +913,12 @@ void TcpStoreServer::Impl::update_events(Conn& c) {
   epoll_ctl(epoll_fd.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
 }
 
-void TcpStoreServer::Impl::on_writable(Conn& c) { flush(c); }
+void TcpStoreServer::Impl::on_writable(Conn& c) {
+  flush(c);
+}
 
 void TcpStoreServer::Impl::refuse(Conn& c, Refusal why, const std::string& detail) {
-  count_refusal(why, c.peer, detail);
+  count_refusal(why, c.peer(), detail);
   close_conn(c);
 }
 
@@ -877,9 +932,9 @@ void TcpStoreServer::Impl::count_refusal(Refusal why, const std::string& peer,
                                                              << "; reason=" << refusal_name(why)
                                                              << ", port=" << port);
     if (refused[k] == static_cast<uint64_t>(kLogBurst)) {
-      SLURMDDP_LOG_WARN(kComponent, "further " << refusal_name(why)
-                                               << " refusals are counted, not logged; port="
-                                               << port);
+      SLURMDDP_LOG_WARN(kComponent, "further "
+                                        << refusal_name(why)
+                                        << " refusals are counted, not logged; port=" << port);
     }
   }
 }
@@ -910,6 +965,12 @@ void TcpStoreServer::Impl::publish() {
   counters.parked.store(waiters.size(), std::memory_order_relaxed);
   counters.keys.store(table.size(), std::memory_order_relaxed);
   counters.buffered.store(buffered, std::memory_order_relaxed);
+  const size_t clients = conns.size() - unauthenticated.size();
+  counters.clients.store(clients, std::memory_order_relaxed);
+  if (clients == 0) {
+    std::lock_guard<std::mutex> lock(drain_mu);
+    drained.notify_all();
+  }
 }
 
 std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const TcpStoreServerOptions& options) {
@@ -921,7 +982,16 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const TcpStoreServerOption
 TcpStoreServer::TcpStoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TcpStoreServer::~TcpStoreServer() = default;
 
-uint16_t TcpStoreServer::port() const { return impl_->port; }
+uint16_t TcpStoreServer::port() const {
+  return impl_->port;
+}
+
+bool TcpStoreServer::drain(Millis timeout) {
+  Impl& m = *impl_;
+  auto idle = [&m] { return m.counters.clients.load(std::memory_order_relaxed) == 0; };
+  std::unique_lock<std::mutex> lock(m.drain_mu);
+  return m.drained.wait_for(lock, std::max(timeout, Millis(0)), idle);
+}
 
 TcpStoreServerStats TcpStoreServer::stats() const {
   const auto& k = impl_->counters;

@@ -4,23 +4,42 @@ namespace slurmddp::store::wire {
 
 const char* type_name(Type type) {
   switch (type) {
-    case Type::kServerHello: return "server-hello";
-    case Type::kClientHello: return "client-hello";
-    case Type::kAuthOk: return "auth-ok";
-    case Type::kAuthRefused: return "auth-refused";
-    case Type::kSet: return "set";
-    case Type::kGet: return "get";
-    case Type::kAdd: return "add";
-    case Type::kCompareSet: return "compare-set";
-    case Type::kWait: return "wait";
-    case Type::kCheck: return "check";
-    case Type::kErase: return "erase";
-    case Type::kOk: return "ok";
-    case Type::kValue: return "value";
-    case Type::kInt: return "int";
-    case Type::kBool: return "bool";
-    case Type::kTimeout: return "timeout";
-    case Type::kError: return "error";
+    case Type::kClientHello:
+      return "client-hello";
+    case Type::kServerHello:
+      return "server-hello";
+    case Type::kClientProof:
+      return "client-proof";
+    case Type::kAuthAbort:
+      return "auth-abort";
+    case Type::kAuthRefused:
+      return "auth-refused";
+    case Type::kSet:
+      return "set";
+    case Type::kGet:
+      return "get";
+    case Type::kAdd:
+      return "add";
+    case Type::kCompareSet:
+      return "compare-set";
+    case Type::kWait:
+      return "wait";
+    case Type::kCheck:
+      return "check";
+    case Type::kErase:
+      return "erase";
+    case Type::kOk:
+      return "ok";
+    case Type::kValue:
+      return "value";
+    case Type::kInt:
+      return "int";
+    case Type::kBool:
+      return "bool";
+    case Type::kTimeout:
+      return "timeout";
+    case Type::kError:
+      return "error";
   }
   return "unknown";
 }
@@ -60,7 +79,9 @@ void Writer::raw(const void* data, size_t n) {
   buf_.insert(buf_.end(), p, p + n);
 }
 
-std::vector<uint8_t> Writer::finish() { return finish_with_tail(0); }
+std::vector<uint8_t> Writer::finish() {
+  return finish_with_tail(0);
+}
 
 std::vector<uint8_t> Writer::finish_with_tail(size_t tail) {
   auto len = static_cast<uint32_t>(buf_.size() - kLengthSize + tail);

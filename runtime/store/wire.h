@@ -11,15 +11,25 @@
 //   ...          the payload of that type
 // Byte strings are u32 length + bytes; i64 are two's complement.
 //
-// Handshake, before anything else on a connection:
-//   server -> kServerHello  u8 auth_required, 32-byte server nonce Ns
-//   client -> kClientHello  32-byte client nonce Nc, u8 has_proof, [32-byte proof]
-//             proof = HMAC-SHA256(token, "slurmddp-store/1 client" || Ns || Nc)
-//   server -> kAuthOk       u8 has_proof, [HMAC-SHA256(token, "slurmddp-store/1 server" || Ns || Nc)]
-//          or kAuthRefused  u8 reason, string message; then the server closes.
-// Ns is fresh per connection, so a recorded client hello is useless on another
-// connection; the server's proof covers Nc, so the client knows it talks to a
-// holder of the token (mutual). The token itself never crosses the wire.
+// Handshake, before anything else on a connection (one round trip for the
+// client, which then sends requests without waiting for a verdict):
+//   client -> kClientHello  32-byte client nonce Nc
+//   server -> kServerHello  u8 auth_required, 32-byte server nonce Ns,
+//                           [server proof = HMAC-SHA256(token, "slurmddp-store/1 server" || Nc ||
+//                           Ns)]
+//   then, only when auth_required:
+//   client -> kClientProof  client proof = HMAC-SHA256(token, "slurmddp-store/1 client" || Ns ||
+//   Nc)
+//          or kAuthAbort    u8 AbortReason, when the client has no token or the
+//                           server's proof does not match its token: it never
+//                           proves itself to a server that has not proved itself
+//   server -> kAuthRefused  u8 RefuseReason, string message, when the client's
+//                           proof does not match; then it closes. Success is silent.
+// Without a token the server is open (auth_required = 0) and the client, if it
+// holds a token, refuses it. Ns is fresh per connection, so a recorded proof is
+// useless on another connection; each proof covers both nonces under its own
+// label, so neither side's proof can be reflected as the other's. The token
+// itself never crosses the wire.
 //
 // Requests and their replies after the handshake:
 //   kSet      key, value                    -> kOk
@@ -54,10 +64,11 @@ inline constexpr size_t kMaxHandshakeFrame = 128;
 inline constexpr size_t kMaxFrame = 2 * (4 + kMaxValueSize) + 4 + kMaxKeySize + 64;
 
 enum class Type : uint8_t {
-  kServerHello = 1,
-  kClientHello = 2,
-  kAuthOk = 3,
-  kAuthRefused = 4,
+  kClientHello = 1,
+  kServerHello = 2,
+  kClientProof = 3,
+  kAuthAbort = 4,
+  kAuthRefused = 5,
   kSet = 16,
   kGet = 17,
   kAdd = 18,
@@ -82,10 +93,15 @@ enum class ErrorCode : uint8_t {
   kBusy = 3,             // too many blocked requests on one connection
 };
 
+// Why the server refused a connection's proof (kAuthRefused).
 enum class RefuseReason : uint8_t {
-  kNoProof = 1,        // the server needs a token, the client sent no proof
-  kWrongProof = 2,     // the proof does not match (wrong token, or a replayed hello)
-  kMalformed = 3,      // not a client hello
+  kWrongProof = 1,  // the proof does not match (wrong token, or a replayed handshake)
+};
+
+// Why a client gave up on the handshake (kAuthAbort).
+enum class AbortReason : uint8_t {
+  kNoToken = 1,     // the server needs a token; the client has none
+  kWrongProof = 2,  // the server's proof does not match the client's token
 };
 
 // Appends big-endian integers and length-prefixed strings to a buffer.
@@ -156,8 +172,8 @@ struct Request {
   Type type{};
   uint32_t id = 0;
   std::vector<std::string> keys;
-  Bytes value;     // kSet value, kCompareSet desired
-  Bytes expected;  // kCompareSet
+  Bytes value;         // kSet value, kCompareSet desired
+  Bytes expected;      // kCompareSet
   int64_t number = 0;  // kGet/kWait timeout in ms, kAdd delta
 };
 

@@ -46,7 +46,9 @@ inline bool send_all(int fd, const void* data, size_t n) {
   return true;
 }
 
-inline bool send_all(int fd, const std::vector<uint8_t>& v) { return send_all(fd, v.data(), v.size()); }
+inline bool send_all(int fd, const std::vector<uint8_t>& v) {
+  return send_all(fd, v.data(), v.size());
+}
 
 // Reads exactly n bytes before `deadline`; false on EOF, error or timeout.
 inline bool recv_exact(int fd, uint8_t* p, size_t n, steady_clock::time_point deadline) {
@@ -92,52 +94,79 @@ inline bool closed_by_server(int fd, std::chrono::milliseconds within) {
   }
 }
 
-// The server's hello: auth flag and nonce.
+// A client hello with a fresh nonce (returned in *nonce).
+inline std::vector<uint8_t> client_hello(store::auth::Nonce* nonce) {
+  *nonce = store::auth::random_nonce();
+  wire::Writer w(wire::Type::kClientHello, 0);
+  w.raw(nonce->data(), nonce->size());
+  return w.finish();
+}
+
+// The server's hello: auth flag, nonce and (with a token) its proof.
 struct ServerHello {
   bool auth_required = false;
   store::auth::Nonce nonce{};
+  store::auth::Proof proof{};
 };
 
 inline std::optional<ServerHello> read_server_hello(int fd) {
   auto f = read_frame(fd, std::chrono::seconds(5));
-  if (!f || f->type != wire::Type::kServerHello || f->payload.size() != 1 + wire::kNonceSize) {
-    return std::nullopt;
-  }
+  if (!f || f->type != wire::Type::kServerHello || f->payload.empty()) return std::nullopt;
   ServerHello h;
   h.auth_required = f->payload[0] == 1;
-  std::copy(f->payload.begin() + 1, f->payload.end(), h.nonce.begin());
+  if (f->payload.size() != 1 + wire::kNonceSize + (h.auth_required ? wire::kProofSize : 0)) {
+    return std::nullopt;
+  }
+  std::copy(f->payload.begin() + 1, f->payload.begin() + 1 + wire::kNonceSize, h.nonce.begin());
+  if (h.auth_required) {
+    std::copy(f->payload.begin() + 1 + wire::kNonceSize, f->payload.end(), h.proof.begin());
+  }
   return h;
 }
 
-// A client hello for `server_nonce`, with a proof when `token` is non-empty.
-inline std::vector<uint8_t> client_hello(const std::string& token,
-                                         const store::auth::Nonce& server_nonce) {
-  store::auth::Nonce mine = store::auth::random_nonce();
-  wire::Writer w(wire::Type::kClientHello, 0);
-  w.raw(mine.data(), mine.size());
-  if (token.empty()) {
-    w.u8(0);
-  } else {
-    w.u8(1);
-    auto p = store::auth::client_proof(token, server_nonce, mine);
-    w.raw(p.data(), p.size());
-  }
+// A client proof computed with `token` (right or wrong).
+inline std::vector<uint8_t> client_proof(const std::string& token,
+                                         const store::auth::Nonce& server_nonce,
+                                         const store::auth::Nonce& client_nonce) {
+  wire::Writer w(wire::Type::kClientProof, 0);
+  auto p = store::auth::Prover(token).client_proof(server_nonce, client_nonce);
+  w.raw(p.data(), p.size());
   return w.finish();
 }
 
+// What a client without a token sends to a server that asks for one.
+inline std::vector<uint8_t> abort_no_token() {
+  wire::Writer w(wire::Type::kAuthAbort, 0);
+  w.u8(static_cast<uint8_t>(wire::AbortReason::kNoToken));
+  return w.finish();
+}
+
+// Runs the client's side of the handshake on `fd` with `token` (empty: open
+// server); returns the bytes it sent (hello, then proof), empty on failure.
+// Success is silent on the wire: the server's stats tell whether it took.
+inline std::vector<uint8_t> raw_handshake(int fd, const std::string& token) {
+  store::auth::Nonce mine{};
+  std::vector<uint8_t> sent = client_hello(&mine);
+  if (!send_all(fd, sent)) return {};
+  auto hello = read_server_hello(fd);
+  if (!hello) return {};
+  if (hello->auth_required) {
+    std::vector<uint8_t> proof = client_proof(token, hello->nonce, mine);
+    if (!send_all(fd, proof)) return {};
+    sent.insert(sent.end(), proof.begin(), proof.end());
+  }
+  return sent;
+}
+
 // Connects and completes the handshake; returns the socket (invalid on
-// failure) and, in *hello_sent, the client hello it sent.
+// failure) and, in *sent, the handshake bytes it sent.
 inline store::Fd raw_authenticated(uint16_t port, const std::string& token,
-                                   std::vector<uint8_t>* hello_sent = nullptr) {
+                                   std::vector<uint8_t>* sent = nullptr) {
   store::Fd fd = raw_connect(port);
   if (!fd.valid()) return fd;
-  auto hello = read_server_hello(fd.get());
-  if (!hello) return store::Fd();
-  std::vector<uint8_t> mine = client_hello(token, hello->nonce);
-  if (!send_all(fd.get(), mine)) return store::Fd();
-  auto answer = read_frame(fd.get(), std::chrono::seconds(5));
-  if (!answer || answer->type != wire::Type::kAuthOk) return store::Fd();
-  if (hello_sent != nullptr) *hello_sent = mine;
+  std::vector<uint8_t> bytes = raw_handshake(fd.get(), token);
+  if (bytes.empty()) return store::Fd();
+  if (sent != nullptr) *sent = bytes;
   return fd;
 }
 

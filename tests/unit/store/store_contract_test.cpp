@@ -19,10 +19,12 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
-using ::testing::HasSubstr;
 using testing::eventually;
+using ::testing::HasSubstr;
 
-Bytes B(const std::string& s) { return Bytes(s.begin(), s.end()); }
+Bytes B(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
 
 // One store "world": every client() sees the same keys.
 class World {
@@ -76,7 +78,9 @@ struct Backend {
   std::function<std::unique_ptr<World>()> make;
 };
 
-std::ostream& operator<<(std::ostream& os, const Backend& b) { return os << b.name; }
+std::ostream& operator<<(std::ostream& os, const Backend& b) {
+  return os << b.name;
+}
 
 class StoreContract : public ::testing::TestWithParam<Backend> {
  protected:
@@ -124,7 +128,8 @@ TEST_P(StoreContract, EmptyValueIsAValue) {
 }
 
 TEST_P(StoreContract, GetBlocksUntilAnotherClientSets) {
-  auto f = std::async(std::launch::async, [&] { return store_->get("late", std::chrono::seconds(10)); });
+  auto f =
+      std::async(std::launch::async, [&] { return store_->get("late", std::chrono::seconds(10)); });
   await_parked(1);
   other_->set("late", B("here"));
   EXPECT_EQ(f.get(), B("here"));
@@ -136,9 +141,10 @@ TEST_P(StoreContract, GetTimesOutNamingTheKey) {
     store_->get("missing/key", milliseconds(200));
     FAIL() << "get returned";
   } catch (const TimeoutError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "store: failed to get key 'missing/key': timed out after 200 ms; missing=['missing/key']" +
-                  suffix());
+    EXPECT_EQ(
+        std::string(e.what()),
+        "store: failed to get key 'missing/key': timed out after 200 ms; missing=['missing/key']" +
+            suffix());
   }
   auto took = steady_clock::now() - start;
   EXPECT_GE(took, milliseconds(200));
@@ -172,7 +178,8 @@ TEST_P(StoreContract, AddToANonIntegerThrowsAndKeepsTheValue) {
       store_->add("x", 1);
       FAIL() << "add accepted '" << bad << "'";
     } catch (const InvalidArgument& e) {
-      EXPECT_THAT(e.what(), HasSubstr("store: failed to add to key 'x': its value is not a decimal integer"));
+      EXPECT_THAT(e.what(),
+                  HasSubstr("store: failed to add to key 'x': its value is not a decimal integer"));
     }
     EXPECT_EQ(store_->get("x", milliseconds(0)), B(bad));
   }
@@ -204,8 +211,7 @@ TEST_P(StoreContract, CompareSetFollowsTheContract) {
 }
 
 TEST_P(StoreContract, CompareSetWakesWaiters) {
-  auto f = std::async(std::launch::async,
-                      [&] { store_->wait({"cas"}, std::chrono::seconds(10)); });
+  auto f = std::async(std::launch::async, [&] { store_->wait({"cas"}, std::chrono::seconds(10)); });
   await_parked(1);
   EXPECT_EQ(other_->compare_set("cas", Bytes{}, B("v")), B("v"));
   f.get();
@@ -213,8 +219,9 @@ TEST_P(StoreContract, CompareSetWakesWaiters) {
 
 TEST_P(StoreContract, WaitReturnsOnceEveryKeyExists) {
   store_->set("a", B("1"));
-  auto f = std::async(std::launch::async,
-                      [&] { store_->wait({"a", "b", "c"}, std::chrono::seconds(10)); });
+  auto f = std::async(std::launch::async, [&] {
+    store_->wait({"a", "b", "c"}, std::chrono::seconds(10));
+  });
   await_parked(1);
   other_->set("b", B("2"));
   other_->set("c", B("3"));
@@ -228,9 +235,9 @@ TEST_P(StoreContract, WaitTimesOutListingTheMissingKeys) {
     store_->wait({"a", "b", "c"}, milliseconds(150));
     FAIL() << "wait returned";
   } catch (const TimeoutError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "store: failed to wait for 3 keys: timed out after 150 ms; missing=['b', 'c']" +
-                  suffix());
+    EXPECT_EQ(
+        std::string(e.what()),
+        "store: failed to wait for 3 keys: timed out after 150 ms; missing=['b', 'c']" + suffix());
   }
   EXPECT_GE(steady_clock::now() - start, milliseconds(150));
 }
@@ -323,8 +330,8 @@ TEST_P(StoreContract, ManyThreadsShareOneStore) {
 }
 
 TEST_P(StoreContract, ABlockedGetDoesNotHoldUpOtherThreadsOfTheSameStore) {
-  auto blocked = std::async(std::launch::async,
-                            [&] { return store_->get("late", std::chrono::seconds(20)); });
+  auto blocked =
+      std::async(std::launch::async, [&] { return store_->get("late", std::chrono::seconds(20)); });
   await_parked(1);
   auto start = steady_clock::now();
   for (int i = 0; i < 50; ++i) {
@@ -342,9 +349,8 @@ TEST_P(StoreContract, OneSetWakesManyWaiters) {
   for (int i = 0; i < kWaiters; ++i) clients.push_back(world_->client());
   std::vector<std::future<Bytes>> got;
   for (int i = 0; i < kWaiters; ++i) {
-    got.push_back(std::async(std::launch::async, [&, i] {
-      return clients[i]->get("go", std::chrono::seconds(10));
-    }));
+    got.push_back(std::async(std::launch::async,
+                             [&, i] { return clients[i]->get("go", std::chrono::seconds(10)); }));
   }
   await_parked(kWaiters);
   store_->set("go", B("now"));

@@ -25,7 +25,9 @@ namespace wire = store::wire;
 
 constexpr const char* kToken = "hostile-test-token";
 
-Bytes B(const std::string& s) { return Bytes(s.begin(), s.end()); }
+Bytes B(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
 
 class Hostile : public ::testing::Test {
  protected:
@@ -50,9 +52,8 @@ class Hostile : public ::testing::Test {
   }
   // Sum of all refusal counters.
   static uint64_t refusals(const TcpStoreServerStats& s) {
-    return s.refused_malformed + s.refused_oversized + s.refused_no_token +
-           s.refused_wrong_token + s.refused_handshake_timeout + s.refused_stalled +
-           s.refused_over_capacity;
+    return s.refused_malformed + s.refused_oversized + s.refused_no_token + s.refused_wrong_token +
+           s.refused_handshake_timeout + s.refused_stalled + s.refused_over_capacity;
   }
 
   std::unique_ptr<TcpStoreServer> server_;
@@ -85,9 +86,16 @@ TEST_F(Hostile, AnOversizedLengthFieldAfterTheHandshakeIsRefused) {
   store::Fd fd = raw_authenticated(server_->port(), kToken);
   ASSERT_TRUE(fd.valid());
   const uint32_t len = static_cast<uint32_t>(wire::kMaxFrame);  // + 4 for the length field: over
-  const uint8_t frame[] = {static_cast<uint8_t>(len >> 24), static_cast<uint8_t>(len >> 16),
-                           static_cast<uint8_t>(len >> 8), static_cast<uint8_t>(len),
-                           wire::kVersion, static_cast<uint8_t>(wire::Type::kSet), 0, 0, 0, 1};
+  const uint8_t frame[] = {static_cast<uint8_t>(len >> 24),
+                           static_cast<uint8_t>(len >> 16),
+                           static_cast<uint8_t>(len >> 8),
+                           static_cast<uint8_t>(len),
+                           wire::kVersion,
+                           static_cast<uint8_t>(wire::Type::kSet),
+                           0,
+                           0,
+                           0,
+                           1};
   ASSERT_TRUE(send_all(fd.get(), frame, sizeof frame));
   EXPECT_TRUE(closed_by_server(fd.get(), seconds(5)));
   ASSERT_TRUE(eventually([&] { return stats().refused_oversized == 1; }));
@@ -132,7 +140,8 @@ TEST_F(Hostile, AHalfSentFrameAfterTheHandshakeStallsOut) {
   store::Fd fd = raw_authenticated(server_->port(), kToken);
   ASSERT_TRUE(fd.valid());
   auto start_time = steady_clock::now();
-  const uint8_t partial[] = {0, 0, 3, 0xe8, wire::kVersion, static_cast<uint8_t>(wire::Type::kSet), 0};
+  const uint8_t partial[] = {0, 0, 3, 0xe8, wire::kVersion, static_cast<uint8_t>(wire::Type::kSet),
+                             0};
   ASSERT_TRUE(send_all(fd.get(), partial, sizeof partial));
   EXPECT_TRUE(closed_by_server(fd.get(), seconds(5)));
   EXPECT_GE(steady_clock::now() - start_time, milliseconds(290));
@@ -206,8 +215,9 @@ TEST_F(Hostile, AWrongVersionOrUnknownRequestAfterTheHandshakeIsRefused) {
   {
     // A get whose key length runs past the end of the frame.
     store::Fd fd = raw_authenticated(server_->port(), kToken);
-    const uint8_t frame[] = {0, 0, 0, 10, wire::kVersion, static_cast<uint8_t>(wire::Type::kGet),
-                             0, 0, 0, 1, 0, 0, 0, 200};
+    const uint8_t frame[] = {
+        0, 0, 0, 10, wire::kVersion, static_cast<uint8_t>(wire::Type::kGet), 0, 0, 0, 1,
+        0, 0, 0, 200};
     ASSERT_TRUE(send_all(fd.get(), frame, sizeof frame));
     EXPECT_TRUE(closed_by_server(fd.get(), seconds(5)));
   }
