@@ -29,6 +29,9 @@ def one_run(dist, n, timeout_s):
                            wait_for_workers=False)
     port = master.port
     gate = threading.Event()
+    exit_gate = threading.Event()  # clients hold their connection until all are done
+    finished = threading.Condition()
+    count = [0]
     done = [None] * n
     errors = []
 
@@ -43,12 +46,22 @@ def one_run(dist, n, timeout_s):
             done[rank] = time.monotonic()
         except Exception as e:  # reported as a failed run
             errors.append(repr(e))
+            s = None
+        with finished:
+            count[0] += 1
+            if count[0] == n:
+                finished.notify()
+        exit_gate.wait()
+        del s
 
     threads = [threading.Thread(target=client, args=(r,)) for r in range(n)]
     for t in threads:
         t.start()
     t0 = time.monotonic()
     gate.set()
+    with finished:
+        finished.wait_for(lambda: count[0] == n)
+    exit_gate.set()
     for t in threads:
         t.join()
     del master

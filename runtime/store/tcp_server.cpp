@@ -17,7 +17,8 @@
 //    and at most max_parked_per_connection requests may be parked per
 //    connection; replies to get point at the stored value instead of copying it;
 //  - out of file descriptors, one spare fd lets the server accept and close
-//    the newest connection instead of spinning on EMFILE.
+//    the newest connection instead of spinning on EMFILE (and without the
+//    spare it stops watching the listening socket for kAcceptPause).
 // So with a token, hostile clients cost at most max_unauthenticated *
 // kMaxHandshakeFrame bytes of buffers plus their sockets. Without a token
 // anyone who connects is a client, as with torch's store.
@@ -80,6 +81,7 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kReadBudget = 1 << 20;
 constexpr int kAcceptBatch = 256;
 constexpr int kLogBurst = 16;
+constexpr Millis kAcceptPause{100};
 // "Forever" for a parked request; also keeps deadline arithmetic from overflowing.
 constexpr Millis kMaxWait = std::chrono::hours(24 * 365);
 
@@ -132,7 +134,7 @@ struct Conn {
   sockaddr_storage addr{};  // the peer, formatted only when logged
   socklen_t addr_len = 0;
   bool authenticated = false;
-  bool awaiting_proof = false;  // sent our hello and proof, waiting for the client's
+  bool awaiting_proof = false;  // sent the server hello, waiting for the client's proof
   auth::Nonce client_nonce{};
   auth::Nonce server_nonce{};
   std::string peer() const {
@@ -150,10 +152,10 @@ struct Conn {
   // Output.
   std::deque<OutChunk> out;
   size_t out_bytes = 0;  // unsent bytes, owned and shared
-  bool dirty = false;    // queued in Impl::dirty_
+  bool dirty = false;    // listed in Impl::dirty
   uint32_t epoll_events = 0;
   std::unordered_set<uint64_t> waiters;
-  size_t accounted = 0;  // this connection's share of buffered_
+  size_t accounted = 0;  // this connection's share of Impl::buffered
 };
 
 struct Waiter {
@@ -161,11 +163,11 @@ struct Waiter {
   uint32_t request = 0;
   wire::Type type{};
   std::vector<std::string> keys;
-  std::vector<std::string> registered;  // keys whose waiting_on_ lists hold us
+  std::vector<std::string> registered;  // keys whose Impl::waiting_on sets hold us
   Clock::time_point deadline;
 };
 
-enum class TimerKind : uint8_t { kHandshake, kStall, kWaiter };
+enum class TimerKind : uint8_t { kHandshake, kStall, kWaiter, kResumeAccept };
 using Timer = std::tuple<Clock::time_point, TimerKind, uint64_t>;
 
 }  // namespace
@@ -374,7 +376,19 @@ void TcpStoreServer::Impl::on_accept() {
         spare_fd = Fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
         continue;
       }
-      return;  // EAGAIN, or an error that the next readiness event retries
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        // Out of fds without a spare (another thread took it), or out of
+        // memory: stop watching the listening socket for a moment instead of
+        // spinning on it; the kernel keeps the connections queued meanwhile.
+        SLURMDDP_LOG_WARN(kComponent, "cannot accept connections for now: "
+                                          << std::strerror(errno)
+                                          << "; retrying in 100 ms; port=" << port);
+        epoll_event ev{};
+        ev.data.u64 = kListenId;
+        epoll_ctl(epoll_fd.get(), EPOLL_CTL_MOD, listen_fd.get(), &ev);
+        timers.emplace(Clock::now() + kAcceptPause, TimerKind::kResumeAccept, kListenId);
+      }
+      return;
     }
     auto conn = std::make_unique<Conn>();
     Conn& c = *conn;
@@ -788,6 +802,14 @@ void TcpStoreServer::Impl::on_timer(const Timer& t) {
     case TimerKind::kWaiter:
       finish_waiter(id, true);
       break;
+    case TimerKind::kResumeAccept: {
+      if (!spare_fd.valid()) spare_fd = Fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kListenId;
+      epoll_ctl(epoll_fd.get(), EPOLL_CTL_MOD, listen_fd.get(), &ev);
+      break;
+    }
     case TimerKind::kHandshake:
       if (Conn* c = find(id); c != nullptr && !c->authenticated) {
         refuse(*c, Refusal::kHandshakeTimeout,

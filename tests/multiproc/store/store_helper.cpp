@@ -1,6 +1,6 @@
 // A helper process for the multi-process store tests.
 //
-//   store_helper server [--handshake-ms N] [--stall-ms N] [--max-unauth N]
+//   store_helper server [--handshake-ms N] [--stall-ms N] [--max-unauth N] [--nofile N]
 //       Hosts a TcpStoreServer on 127.0.0.1 (port chosen by the kernel),
 //       prints "port <P>", then answers each "stats" line on stdin with one
 //       line of counters; exits 0 at end of input.
@@ -12,6 +12,8 @@
 // SLURMDDP_TOKEN in the environment is the token of either. Errors go to
 // stderr as "error <kind>: <message>" with exit codes 2 (TimeoutError),
 // 3 (PeerError), 4 (ProtocolError), 5 (any other Error), 6 (bad usage).
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +60,12 @@ std::string value_of(int r) {
 }
 
 int run_server(const std::map<std::string, std::string>& f) {
+  if (f.count("nofile") != 0) {
+    rlimit r{};
+    getrlimit(RLIMIT_NOFILE, &r);
+    r.rlim_cur = static_cast<rlim_t>(flag(f, "nofile", 0));
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
   slurmddp::TcpStoreServerOptions o;
   o.bind_host = "127.0.0.1";
   o.token = token();

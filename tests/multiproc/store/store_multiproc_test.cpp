@@ -311,5 +311,34 @@ TEST(HostileClients, TheServerStaysUpBoundedAndLegitimateRanksComplete) {
   EXPECT_THAT(log, HasSubstr("refused 50 connections as malformed in total"));
 }
 
+TEST(HostileClients, RunningOutOfFileDescriptorsDoesNotStopTheServer) {
+  const std::string token = "fd-exhaustion-token";
+  auto server =
+      spawn({"server", "--nofile", "64", "--handshake-ms", "1500"}, {{"SLURMDDP_TOKEN", token}});
+  const uint16_t port = read_port(*server);
+  ASSERT_NE(port, 0);
+  // Far more idle connections than the server has descriptors for.
+  std::vector<store::Fd> idle;
+  for (int i = 0; i < 200; ++i) {
+    idle.push_back(testing::raw_connect(port));
+    ASSERT_TRUE(idle.back().valid());
+  }
+  std::map<std::string, uint64_t> s;
+  ASSERT_TRUE(eventually([&] {
+    s = server_stats(*server);
+    return s["accepted"] + s["over_capacity"] == 200;
+  })) << "accepted="
+      << s["accepted"] << " over_capacity=" << s["over_capacity"];
+  EXPECT_GT(s["over_capacity"], 100u);  // at most 64 descriptors: most were turned away
+  // The idle ones time out, and a rank gets through.
+  ASSERT_TRUE(eventually([&] { return server_stats(*server)["unauthenticated"] == 0; }));
+  auto r = rank(0, 1, port, 10000, {{"SLURMDDP_TOKEN", token}});
+  ASSERT_EQ(r->wait(seconds(20)), std::optional<int>(0)) << r->stderr_text();
+  s = server_stats(*server);
+  EXPECT_EQ(s["handshake_timeout"], s["accepted"] - 1);
+  server->close_stdin();
+  ASSERT_EQ(server->wait(seconds(10)), std::optional<int>(0));
+}
+
 }  // namespace
 }  // namespace slurmddp
