@@ -233,7 +233,9 @@ void measure_ours(const std::string& impl, int n, int reps, const std::string& t
   std::fflush(stdout);
 }
 
-// Runs torch_store_bench.py for one size and copies its rows through.
+// Runs torch_store_bench.py for one size and copies its rows and comments
+// through; anything else it prints (torch's own logging) is dropped, but the
+// last such line is kept as the reason when no row came back.
 bool measure_torch(const Options& o, int n) {
   std::string cmd = "'" + o.python + "' '" + o.torch_script + "' --clients " + std::to_string(n) +
                     " --reps " + std::to_string(o.reps) + " --budget-seconds " +
@@ -241,18 +243,37 @@ bool measure_torch(const Options& o, int n) {
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return false;
   char line[4096];
+  bool row = false;
   bool slow = false;
+  std::string last_other;
   while (std::fgets(line, sizeof line, p) != nullptr) {
-    if (line[0] == '#') continue;  // its version line was printed once already
-    std::fputs(line, stdout);
-    std::fflush(stdout);
-    double median = 0;
-    if (std::sscanf(line, "torch %*d %*d %lf", &median) == 1 &&
-        median > o.torch_budget_s * 1000.0) {
-      slow = true;
+    if (std::strncmp(line, "# torch ", 8) == 0 && std::strstr(line, "python") != nullptr) {
+      continue;  // its version line: printed once in the preamble
     }
+    if (line[0] == '#') {
+      std::fputs(line, stdout);
+    } else if (std::strncmp(line, "torch ", 6) == 0) {
+      std::fputs(line, stdout);
+      row = true;
+      double median = 0;
+      if (std::sscanf(line, "torch %*d %*d %lf", &median) == 1 &&
+          median > o.torch_budget_s * 1000.0) {
+        slow = true;
+      }
+    } else {
+      last_other = line;
+    }
+    std::fflush(stdout);
   }
   int rc = pclose(p);
+  if (!row) {
+    while (!last_other.empty() && (last_other.back() == '\n' || last_other.back() == '\r')) {
+      last_other.pop_back();
+    }
+    std::printf("# torch %d failed (exit status %d): %s\n", n, rc, last_other.c_str());
+    std::printf("torch %d 0 - - - no\n", n);
+    std::fflush(stdout);
+  }
   return rc == 0 && !slow;
 }
 

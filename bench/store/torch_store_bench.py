@@ -16,6 +16,7 @@ one whose single repetition took longer than that are reported as skipped:
 Needs torch (Debian's python3-torch runs under /usr/bin/python3).
 """
 import argparse
+import os
 import resource
 import statistics
 import sys
@@ -70,6 +71,19 @@ def one_run(dist, n, timeout_s):
     return (max(done) - t0) * 1000.0, None
 
 
+def fds_per_client(dist):
+    """File descriptors one TCPStore client holds in this process (both ends
+    of its connections, plus whatever else it opens)."""
+    master = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=30),
+                           wait_for_workers=False)
+    before = len(os.listdir("/proc/self/fd"))
+    clients = [dist.TCPStore("127.0.0.1", master.port, None, False, timedelta(seconds=30))
+               for _ in range(8)]
+    per = (len(os.listdir("/proc/self/fd")) - before + 7) // 8
+    del clients, master
+    return per
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", required=True, help="comma-separated client counts")
@@ -84,12 +98,18 @@ def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     threading.stack_size(512 * 1024)
+    per_client = fds_per_client(dist)
     print(f"# torch {torch.__version__}, python {sys.version.split()[0]}, "
-          f"RLIMIT_NOFILE {hard}", flush=True)
+          f"RLIMIT_NOFILE {hard}, {per_client} file descriptors per TCPStore client", flush=True)
 
     too_slow = False
     for n in (int(c) for c in args.clients.split(",")):
         if too_slow:
+            print(f"torch {n} 0 - - - skipped", flush=True)
+            continue
+        if per_client * n + 64 > hard:
+            print(f"# torch {n}: needs about {per_client * n + 64} file descriptors in one "
+                  f"process, RLIMIT_NOFILE is {hard}", flush=True)
             print(f"torch {n} 0 - - - skipped", flush=True)
             continue
         times = []

@@ -11,12 +11,15 @@
 //   auto store = slurmddp::make_tcp_store(o);
 //   slurmddp::store_barrier(*store, "init", rank, world_size, std::chrono::seconds(60));
 //
-// Authentication: with a token, every connection proves knowledge of it by a
-// challenge-response (HMAC-SHA256 over fresh nonces from both sides; the token
-// never crosses the wire) and the server proves it back. A client without the
-// right token is refused (ProtocolError saying why), and a client holding a
-// token refuses a server that does not ask for one. Without a token the store
-// is open to anyone who can reach the port, as torch's TCPStore is.
+// Authentication: with a token, both ends of every connection prove knowledge
+// of it by challenge-response (HMAC-SHA256 over fresh nonces from both sides;
+// the token never crosses the wire), the server first, so a client never
+// proves itself to a server that has not. A client without the right token is
+// refused (ProtocolError saying why, logged by the server), and a client
+// holding a token refuses a server that does not ask for one. Without a token
+// the store is open to anyone who can reach the port, as torch's TCPStore is.
+// Authentication does not encrypt: someone who can read or alter the traffic
+// on the path can still read or alter it.
 #pragma once
 
 #include <cstdint>

@@ -62,9 +62,9 @@ std::string format_ranks(const std::vector<int>& ranks) {
 void store_barrier(Store& store, const std::string& name, int rank, int world_size,
                    Millis timeout) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
-    throw InvalidArgument("store barrier " + launch::quote(name) +
-                          ": failed to enter: rank must be in [0, world_size); rank=" +
-                          std::to_string(rank) + ", world_size=" + std::to_string(world_size));
+    throw InvalidArgument("store: failed to enter barrier " + launch::quote(name) +
+                          ": the rank must be in [0, world_size); rank=" + std::to_string(rank) +
+                          ", world_size=" + std::to_string(world_size));
   }
   const auto start = Clock::now();
   const std::string prefix = "barrier/" + name + "/";
@@ -82,8 +82,8 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
     return;
   }
   if (joined > world_size) {
-    throw InvalidArgument("store barrier " + launch::quote(name) +
-                          ": failed to enter: " + std::to_string(joined) +
+    throw InvalidArgument("store: failed to enter barrier " + launch::quote(name) + ": " +
+                          std::to_string(joined) +
                           " ranks joined but world_size=" + std::to_string(world_size) +
                           " (ranks disagree on the world size, or the barrier name was reused); "
                           "rank=" +

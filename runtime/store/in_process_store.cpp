@@ -28,9 +28,10 @@ class InProcessStore final : public Store {
 
   Bytes get(const std::string& key, Millis timeout) override {
     store::validate_key("get", key);
+    timeout = store::clamp_timeout(timeout);
     std::unique_lock<std::mutex> lock(mu_);
     store::Value v;
-    bool found = changed_.wait_until(lock, deadline(timeout),
+    bool found = changed_.wait_until(lock, Clock::now() + timeout,
                                      [&] { return (v = table_.find(key)) != nullptr; });
     if (!found) {
       throw TimeoutError(store::timeout_message("get", {key}, {key}, timeout, ""));
@@ -66,9 +67,10 @@ class InProcessStore final : public Store {
 
   void wait(const std::vector<std::string>& keys, Millis timeout) override {
     store::validate_keys("wait for", keys);
+    timeout = store::clamp_timeout(timeout);
     std::unique_lock<std::mutex> lock(mu_);
-    bool all =
-        changed_.wait_until(lock, deadline(timeout), [&] { return table_.missing(keys).empty(); });
+    bool all = changed_.wait_until(lock, Clock::now() + timeout,
+                                   [&] { return table_.missing(keys).empty(); });
     if (!all) {
       std::vector<std::string> missing;
       for (uint32_t i : table_.missing(keys)) missing.push_back(keys[i]);
@@ -89,12 +91,6 @@ class InProcessStore final : public Store {
   }
 
  private:
-  static Clock::time_point deadline(Millis timeout) {
-    // Clamp so that "effectively forever" timeouts cannot overflow the clock.
-    constexpr Millis kForever = std::chrono::hours(24 * 365);
-    return Clock::now() + std::min(std::max(timeout, Millis(0)), kForever);
-  }
-
   std::mutex mu_;
   std::condition_variable changed_;
   store::KvTable table_;

@@ -4,6 +4,8 @@
 // event-loop thread.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +15,13 @@
 #include "slurmddp/store.h"
 
 namespace slurmddp::store {
+
+// Timeouts are clamped to [0, kMaxWait]: negative means "check once", and a
+// "forever" timeout stays far from overflowing deadline arithmetic.
+inline constexpr Millis kMaxWait = std::chrono::hours(24 * 365);
+inline Millis clamp_timeout(Millis t) {
+  return std::clamp(t, Millis(0), kMaxWait);
+}
 
 // Values are shared, immutable buffers: a reply to a get (or many) can point at
 // the stored value instead of copying it, and a later set replaces the pointer.

@@ -49,7 +49,6 @@ constexpr Millis kMaxBackoff{1000};
 // How much longer than a get/wait timeout the client waits for the server's
 // own timeout reply before it gives up on the server.
 constexpr Millis kReplyGrace{5000};
-constexpr Millis kMaxWait = std::chrono::hours(24 * 365);
 
 struct Reply {
   wire::Type type{};
@@ -96,7 +95,7 @@ class TcpClient final : public TcpStore, public store::Pipelined {
 
   Bytes get(const std::string& key, Millis timeout) override {
     store::validate_key("get", key);
-    timeout = clamp(timeout);
+    timeout = store::clamp_timeout(timeout);
     wire::Writer w(wire::Type::kGet, 0);
     w.str(key);
     w.i64(timeout.count());
@@ -135,7 +134,7 @@ class TcpClient final : public TcpStore, public store::Pipelined {
 
   void wait(const std::vector<std::string>& keys, Millis timeout) override {
     store::validate_keys("wait for", keys);
-    timeout = clamp(timeout);
+    timeout = store::clamp_timeout(timeout);
     wire::Writer w(wire::Type::kWait, 0);
     w.u32(static_cast<uint32_t>(keys.size()));
     for (const auto& k : keys) w.str(k);
@@ -166,10 +165,11 @@ class TcpClient final : public TcpStore, public store::Pipelined {
     Reply reply;
   };
 
-  static Millis clamp(Millis t) { return std::clamp(t, Millis(0), kMaxWait); }
-  Clock::time_point io_deadline() const { return Clock::now() + clamp(opts_.timeout); }
+  Clock::time_point io_deadline() const {
+    return Clock::now() + store::clamp_timeout(opts_.timeout);
+  }
   Clock::time_point wait_deadline(Millis timeout) const {
-    return Clock::now() + timeout + std::min(clamp(opts_.timeout), kReplyGrace);
+    return Clock::now() + timeout + std::min(store::clamp_timeout(opts_.timeout), kReplyGrace);
   }
 
   Reply call(wire::Writer& w, Clock::time_point deadline, const std::string& what);
@@ -220,7 +220,7 @@ class TcpClient final : public TcpStore, public store::Pipelined {
 
 void TcpClient::connect() {
   const auto start = Clock::now();
-  const auto deadline = start + clamp(opts_.timeout);
+  const auto deadline = start + store::clamp_timeout(opts_.timeout);
   std::minstd_rand jitter(static_cast<uint32_t>(::getpid()) ^
                           static_cast<uint32_t>(start.time_since_epoch().count()));
   Millis backoff = kFirstBackoff;

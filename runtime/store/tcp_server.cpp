@@ -82,8 +82,6 @@ constexpr size_t kReadBudget = 1 << 20;
 constexpr int kAcceptBatch = 256;
 constexpr int kLogBurst = 16;
 constexpr Millis kAcceptPause{100};
-// "Forever" for a parked request; also keeps deadline arithmetic from overflowing.
-constexpr Millis kMaxWait = std::chrono::hours(24 * 365);
 
 enum class Refusal : int {
   kMalformed,
@@ -727,7 +725,7 @@ void TcpStoreServer::Impl::park(Conn& c, wire::Request& req) {
   w.request = req.id;
   w.type = req.type;
   w.keys = std::move(req.keys);
-  w.deadline = Clock::now() + std::min(Millis(req.number), kMaxWait);
+  w.deadline = Clock::now() + store::clamp_timeout(Millis(req.number));
   for (uint32_t i : table.missing(w.keys)) {
     waiting_on[w.keys[i]].insert(wid);
     w.registered.push_back(w.keys[i]);
