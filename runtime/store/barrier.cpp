@@ -13,7 +13,7 @@
 #include "parse.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
-#include "store/pipelined.h"
+#include "store/barrier_join.h"
 
 namespace slurmddp {
 
@@ -69,37 +69,53 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
   const auto start = Clock::now();
   const std::string prefix = "barrier/" + name + "/";
   const std::string done = prefix + "done";
-  int64_t joined = 0;
-  if (auto* p = dynamic_cast<store::Pipelined*>(&store)) {
-    joined = p->set_then_add(rank_key(prefix, rank), Bytes{'1'}, prefix + "count", 1);
-  } else {
-    store.set(rank_key(prefix, rank), Bytes{'1'});
-    joined = store.add(prefix + "count", 1);
+  auto check_joined = [&](int64_t joined) {
+    if (joined > world_size) {
+      throw InvalidArgument("store: failed to enter barrier " + launch::quote(name) + ": " +
+                            std::to_string(joined) +
+                            " ranks joined but world_size=" + std::to_string(world_size) +
+                            " (ranks disagree on the world size, or the barrier name was "
+                            "reused); rank=" +
+                            std::to_string(rank));
+    }
+  };
+  // After a timeout: name the ranks that never arrived, or return when the
+  // last one arrived just as we gave up.
+  auto diagnose = [&] {
+    std::vector<int> missing;
+    find_missing(store, prefix, 0, world_size, &missing);
+    if (missing.empty()) return;
+    throw TimeoutError("store barrier '" + name +
+                       "': " + std::to_string(world_size - static_cast<int>(missing.size())) + "/" +
+                       std::to_string(world_size) + " ranks joined; missing: [" +
+                       format_ranks(missing) + "]");
+  };
+  if (auto* join = dynamic_cast<store::BarrierJoin*>(&store)) {
+    // Note [Barrier join]
+    int64_t joined = 0;
+    try {
+      joined =
+          join->barrier_join(rank_key(prefix, rank), prefix + "count", done, world_size, timeout);
+    } catch (const TimeoutError&) {
+      diagnose();
+      return;
+    }
+    check_joined(joined);
+    return;
   }
+  store.set(rank_key(prefix, rank), Bytes{'1'});
+  const int64_t joined = store.add(prefix + "count", 1);
+  check_joined(joined);
   if (joined == world_size) {
     // The last to arrive: everyone is in, nothing to wait for.
     store.set(done, Bytes{'1'});
     return;
   }
-  if (joined > world_size) {
-    throw InvalidArgument("store: failed to enter barrier " + launch::quote(name) + ": " +
-                          std::to_string(joined) +
-                          " ranks joined but world_size=" + std::to_string(world_size) +
-                          " (ranks disagree on the world size, or the barrier name was reused); "
-                          "rank=" +
-                          std::to_string(rank));
-  }
-  auto spent = std::chrono::duration_cast<Millis>(Clock::now() - start);
   try {
+    auto spent = std::chrono::duration_cast<Millis>(Clock::now() - start);
     store.wait({done}, std::max(Millis(0), timeout - spent));
   } catch (const TimeoutError&) {
-    std::vector<int> missing;
-    find_missing(store, prefix, 0, world_size, &missing);
-    if (missing.empty()) return;  // the last rank arrived just as we gave up
-    throw TimeoutError("store barrier '" + name +
-                       "': " + std::to_string(world_size - static_cast<int>(missing.size())) + "/" +
-                       std::to_string(world_size) + " ranks joined; missing: [" +
-                       format_ranks(missing) + "]");
+    diagnose();
   }
 }
 

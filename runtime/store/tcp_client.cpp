@@ -29,8 +29,8 @@
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
 #include "store/auth.h"
+#include "store/barrier_join.h"
 #include "store/kv_table.h"
-#include "store/pipelined.h"
 #include "store/socket.h"
 #include "store/wire.h"
 
@@ -60,7 +60,7 @@ struct RetryableError {
   std::string why;
 };
 
-class TcpClient final : public TcpStore, public store::Pipelined {
+class TcpClient final : public TcpStore, public store::BarrierJoin {
  public:
   TcpClient(const TcpStoreOptions& o, std::string host, uint16_t port,
             std::unique_ptr<TcpStoreServer> server)
@@ -115,8 +115,21 @@ class TcpClient final : public TcpStore, public store::Pipelined {
     return read_int(call(w, io_deadline(), what), what);
   }
 
-  int64_t set_then_add(const std::string& set_key, const Bytes& value, const std::string& add_key,
-                       int64_t delta) override;
+  int64_t barrier_join(const std::string& rank_key, const std::string& count_key,
+                       const std::string& done_key, int64_t world, Millis timeout) override {
+    for (const std::string* k : {&rank_key, &count_key, &done_key}) store::validate_key("join", *k);
+    timeout = store::clamp_timeout(timeout);
+    wire::Writer w(wire::Type::kJoin, 0);
+    w.str(rank_key);
+    w.str(count_key);
+    w.str(done_key);
+    w.i64(world);
+    w.i64(timeout.count());
+    const std::string what = "join the barrier of key " + quote(done_key);
+    Reply r = call(w, wait_deadline(timeout), what);
+    if (r.type == wire::Type::kTimeout) throw_timeout("wait for", {done_key}, r, timeout);
+    return read_int(r, what);
+  }
 
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
     store::validate_key("compare_set", key);
@@ -173,8 +186,6 @@ class TcpClient final : public TcpStore, public store::Pipelined {
   }
 
   Reply call(wire::Writer& w, Clock::time_point deadline, const std::string& what);
-  std::vector<Reply> call_all(const std::vector<wire::Writer*>& requests,
-                              Clock::time_point deadline, const std::string& what);
   void send_frame(const std::vector<uint8_t>& frame, Clock::time_point deadline,
                   const std::string& what);
   // Reads what the socket has (waiting until `deadline` for something) and
@@ -371,48 +382,33 @@ void TcpClient::handshake(int fd, Clock::time_point deadline) {
 
 // ---- requests ----
 
+// Sends one request and waits for its reply (Note [Store client leader/follower]).
 Reply TcpClient::call(wire::Writer& w, Clock::time_point deadline, const std::string& what) {
-  return std::move(call_all({&w}, deadline, what)[0]);
-}
-
-// Sends the requests back to back in one write (they are applied in order)
-// and waits for every reply.
-std::vector<Reply> TcpClient::call_all(const std::vector<wire::Writer*>& requests,
-                                       Clock::time_point deadline, const std::string& what) {
-  std::vector<uint8_t> frames;
-  std::vector<uint32_t> ids;
-  for (wire::Writer* w : requests) {
-    const uint32_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    std::vector<uint8_t> f = w->finish();
-    // The id sits after the length, version and type bytes.
-    f[6] = static_cast<uint8_t>(id >> 24);
-    f[7] = static_cast<uint8_t>(id >> 16);
-    f[8] = static_cast<uint8_t>(id >> 8);
-    f[9] = static_cast<uint8_t>(id);
-    frames.insert(frames.end(), f.begin(), f.end());
-    ids.push_back(id);
-  }
-  std::vector<Slot> slots(ids.size());
+  const uint32_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  std::vector<uint8_t> frame = w.finish();
+  // The id sits after the length, version and type bytes.
+  frame[6] = static_cast<uint8_t>(id >> 24);
+  frame[7] = static_cast<uint8_t>(id >> 16);
+  frame[8] = static_cast<uint8_t>(id >> 8);
+  frame[9] = static_cast<uint8_t>(id);
+  Slot slot;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!dead_.empty()) fail(what);
-    for (size_t i = 0; i < ids.size(); ++i) slots_[ids[i]] = &slots[i];
+    slots_[id] = &slot;
   }
   struct Unregister {
     TcpClient* self;
-    const std::vector<uint32_t>& ids;
+    uint32_t id;
     ~Unregister() {
       std::lock_guard<std::mutex> lock(self->mu_);
-      for (uint32_t id : ids) self->slots_.erase(id);
+      self->slots_.erase(id);
     }
-  } unregister{this, ids};
-  send_frame(frames, deadline, what);
+  } unregister{this, id};
+  send_frame(frame, deadline, what);
 
-  auto all_done = [&slots] {
-    return std::all_of(slots.begin(), slots.end(), [](const Slot& s) { return s.done; });
-  };
   std::unique_lock<std::mutex> lock(mu_);
-  while (!all_done()) {
+  while (!slot.done) {
     if (!dead_.empty()) fail(what);
     if (Clock::now() >= deadline) {
       throw TimeoutError("store: failed to " + what + ": no reply from server " + endpoint_ +
@@ -422,7 +418,6 @@ std::vector<Reply> TcpClient::call_all(const std::vector<wire::Writer*>& request
       cv_.wait_until(lock, deadline);
       continue;
     }
-    // Note [Store client leader/follower]
     reader_active_ = true;
     lock.unlock();
     try {
@@ -437,26 +432,7 @@ std::vector<Reply> TcpClient::call_all(const std::vector<wire::Writer*>& request
     reader_active_ = false;
     cv_.notify_all();
   }
-  std::vector<Reply> replies;
-  for (Slot& slot : slots) replies.push_back(std::move(slot.reply));
-  return replies;
-}
-
-int64_t TcpClient::set_then_add(const std::string& set_key, const Bytes& value,
-                                const std::string& add_key, int64_t delta) {
-  store::validate_key("set", set_key);
-  store::validate_value("set", set_key, value.size());
-  store::validate_key("add", add_key);
-  wire::Writer set(wire::Type::kSet, 0);
-  set.str(set_key);
-  set.bytes(value.data(), value.size());
-  wire::Writer add(wire::Type::kAdd, 0);
-  add.str(add_key);
-  add.i64(delta);
-  const std::string what = "set key " + quote(set_key) + " and add to key " + quote(add_key);
-  std::vector<Reply> r = call_all({&set, &add}, io_deadline(), what);
-  expect(r[0], wire::Type::kOk);
-  return read_int(r[1], "add to key " + quote(add_key));
+  return std::move(slot.reply);
 }
 
 void TcpClient::send_frame(const std::vector<uint8_t>& frame, Clock::time_point deadline,

@@ -163,6 +163,7 @@ struct Waiter {
   std::vector<std::string> keys;
   std::vector<std::string> registered;  // keys whose Impl::waiting_on sets hold us
   Clock::time_point deadline;
+  int64_t joined = 0;  // kJoin: the count the reply carries
 };
 
 enum class TimerKind : uint8_t { kHandshake, kStall, kWaiter, kResumeAccept };
@@ -234,6 +235,7 @@ struct TcpStoreServer::Impl {
 
   // Loop-thread state.
   store::KvTable table;
+  const Value mark = std::make_shared<const Bytes>(Bytes{'1'});  // barrier keys hold "1"
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
   std::set<uint64_t> unauthenticated;  // ids ascend with age: begin() is the oldest
   uint64_t next_conn = kFirstConnId;
@@ -701,6 +703,35 @@ bool TcpStoreServer::Impl::on_request(Conn& c, wire::Request& req) {
       send(c, w.finish());
       break;
     }
+    case Type::kJoin: {
+      // Note [Barrier join]: store_barrier's steps, on this side.
+      const std::string& count_key = req.keys[1];
+      const std::string& done_key = req.keys[2];
+      table.set(key, mark);
+      wake(key);
+      int64_t joined = 0;
+      try {
+        joined = table.add(count_key, 1);
+      } catch (const InvalidArgument& e) {
+        send_error(c, req.id, wire::ErrorCode::kInvalidArgument, e.what());
+        break;
+      }
+      wake(count_key);
+      if (joined == req.world) {
+        table.set(done_key, mark);
+        wake(done_key);
+      }
+      if (joined >= req.world || table.contains(done_key)) {
+        wire::Writer w(Type::kInt, req.id);
+        w.i64(joined);
+        send(c, w.finish());
+      } else {
+        req.keys = {done_key};
+        req.world = joined;  // what the reply will carry
+        park(c, req);
+      }
+      break;
+    }
     default:
       break;  // decode_request accepts requests only
   }
@@ -725,6 +756,7 @@ void TcpStoreServer::Impl::park(Conn& c, wire::Request& req) {
   w.request = req.id;
   w.type = req.type;
   w.keys = std::move(req.keys);
+  w.joined = req.world;
   w.deadline = Clock::now() + store::clamp_timeout(Millis(req.number));
   for (uint32_t i : table.missing(w.keys)) {
     waiting_on[w.keys[i]].insert(wid);
@@ -781,6 +813,10 @@ void TcpStoreServer::Impl::finish_waiter(uint64_t wid, bool timed_out) {
     send_timeout(*c, w.request, table.missing(w.keys));
   } else if (w.type == wire::Type::kGet) {
     send_value(*c, w.request, table.find(w.keys[0]));
+  } else if (w.type == wire::Type::kJoin) {
+    wire::Writer out(wire::Type::kInt, w.request);
+    out.i64(w.joined);
+    send(*c, out.finish());
   } else {
     send(*c, wire::Writer(wire::Type::kOk, w.request).finish());
   }

@@ -28,6 +28,8 @@ const char* type_name(Type type) {
       return "check";
     case Type::kErase:
       return "erase";
+    case Type::kJoin:
+      return "join";
     case Type::kOk:
       return "ok";
     case Type::kValue:
@@ -46,7 +48,7 @@ const char* type_name(Type type) {
 
 bool is_request(Type type) {
   auto t = static_cast<uint8_t>(type);
-  return t >= static_cast<uint8_t>(Type::kSet) && t <= static_cast<uint8_t>(Type::kErase);
+  return t >= static_cast<uint8_t>(Type::kSet) && t <= static_cast<uint8_t>(Type::kJoin);
 }
 
 Writer::Writer(Type type, uint32_t id) {
@@ -241,6 +243,17 @@ bool decode_request(const Header& h, const uint8_t* payload, size_t n, Request* 
     case Type::kErase:
       out->keys.emplace_back();
       ok = read_key(r, &out->keys[0], why);
+      break;
+    case Type::kJoin:
+      out->keys.resize(3);
+      ok = read_key(r, &out->keys[0], why) && read_key(r, &out->keys[1], why) &&
+           read_key(r, &out->keys[2], why);
+      out->world = r.i64();
+      if (ok && (!r.ok() || out->world < 1)) {
+        *why = "the world size is missing or not positive";
+        ok = false;
+      }
+      ok = ok && read_timeout(r, &out->number, why);
       break;
     default:
       *why = "unknown request type " + std::to_string(static_cast<unsigned>(h.type));

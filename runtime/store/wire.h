@@ -39,6 +39,8 @@
 //   kWait     u32 n, n keys, i64 timeout_ms -> kOk | kTimeout
 //   kCheck    u32 n, n keys                 -> kBool
 //   kErase    key                           -> kBool
+//   kJoin     rank key, count key, done key, i64 world, i64 timeout_ms
+//             -> kInt joined | kTimeout   (Note [Barrier join])
 //   kTimeout  u32 n, n u32 indices of the keys still missing
 //   kError    u8 ErrorCode, string message  (any request)
 #pragma once
@@ -76,6 +78,7 @@ enum class Type : uint8_t {
   kWait = 20,
   kCheck = 21,
   kErase = 22,
+  kJoin = 23,
   kOk = 64,
   kValue = 65,
   kInt = 66,
@@ -174,7 +177,8 @@ struct Request {
   std::vector<std::string> keys;
   Bytes value;         // kSet value, kCompareSet desired
   Bytes expected;      // kCompareSet
-  int64_t number = 0;  // kGet/kWait timeout in ms, kAdd delta
+  int64_t number = 0;  // kGet/kWait/kJoin timeout in ms, kAdd delta
+  int64_t world = 0;   // kJoin
 };
 
 // Decodes the payload of a request frame; returns false on any violation

@@ -426,6 +426,19 @@ TEST_P(StoreContract, BarrierRejectsABadRankAndTooManyRanks) {
   }
 }
 
+TEST_P(StoreContract, BarrierOnACorruptedCounterThrowsInvalidArgument) {
+  store_->set("barrier/bad/count", B("not a number"));
+  try {
+    store_barrier(*store_, "bad", 0, 2, milliseconds(1000));
+    FAIL() << "the barrier counted on a non-integer";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("store: failed to add to key 'barrier/bad/count': its value "
+                                    "is not a decimal integer"));
+  }
+  // The rank key was set before the add failed, as with plain calls.
+  EXPECT_TRUE(other_->check({"barrier/bad/rank/0"}));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Backends, StoreContract,
     ::testing::Values(Backend{"InProcess", [] { return std::make_unique<InProcessWorld>(); }},

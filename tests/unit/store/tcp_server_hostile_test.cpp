@@ -221,7 +221,23 @@ TEST_F(Hostile, AWrongVersionOrUnknownRequestAfterTheHandshakeIsRefused) {
     ASSERT_TRUE(send_all(fd.get(), frame, sizeof frame));
     EXPECT_TRUE(closed_by_server(fd.get(), seconds(5)));
   }
-  ASSERT_TRUE(eventually([&] { return stats().refused_malformed == 3; }));
+  {
+    // A barrier join for a world of zero ranks.
+    store::Fd fd = raw_authenticated(server_->port(), kToken);
+    wire::Writer w(wire::Type::kJoin, 1);
+    w.str("barrier/b/rank/0");
+    w.str("barrier/b/count");
+    w.str("barrier/b/done");
+    w.i64(0);
+    w.i64(1000);
+    ASSERT_TRUE(send_all(fd.get(), w.finish()));
+    auto reply = testing::read_frame(fd.get(), seconds(5));
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->type, wire::Type::kError);
+    EXPECT_TRUE(closed_by_server(fd.get(), seconds(5)));
+  }
+  ASSERT_TRUE(eventually([&] { return stats().refused_malformed == 4; }));
+  EXPECT_EQ(stats().keys, 0u);  // nothing of the refused join was applied
   still_serves();
 }
 
