@@ -1,0 +1,527 @@
+// Allreduce through slurm-ddp's NCCL communicator, in nccl-tests' columns:
+//
+//   size(B) count type redop time(us) algbw(GB/s) busbw(GB/s) #wrong
+//
+// GB = 1e9; algbw = size / time; busbw = algbw * 2(n-1)/n. Each size runs
+// untimed warm-up iterations, then `reps` timed samples of `iters` back-to-back
+// in-place allreduces (the CPU waits for the last; the wall time over iters
+// is one sample); the row shows the median sample, the largest over ranks.
+// Then the data is set to v(r, i) = (r+1) * (i % 7 + 1) and one allreduce is
+// checked against its closed form: #wrong counts wrong elements over all
+// ranks, and any wrong value makes the exit status non-zero.
+//
+// Ranks: --ranks N starts N processes of this program around a TCP store on
+// loopback; rank r takes device r modulo the visible devices. With fewer
+// devices than ranks they share devices the way NCCL allows it (each claims
+// another host with NCCL_HOSTID and they talk over loopback TCP): a check of
+// the multi-process path, not a bandwidth figure; the preamble says so.
+//
+//   nccl_allreduce_bench [--ranks N] [-b MIN_BYTES] [-e MAX_BYTES] [-f FACTOR]
+//                        [-t float32|float64|float16|bfloat16|int32|int64]
+//                        [-o sum|avg|min|max] [-n ITERS] [-w WARMUP] [-r REPS]
+//                        [--timeout-ms MS]
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "slurmddp/error.h"
+#include "slurmddp/nccl_communicator.h"
+#include "slurmddp/tcp_store.h"
+#include "slurmddp_config.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using slurmddp::DataType;
+using slurmddp::ReduceOp;
+
+struct Args {
+  int ranks = 1;
+  int rank = -1;  // >= 0: a rank process started by the parent
+  uint16_t port = 0;
+  size_t min_bytes = 8;
+  size_t max_bytes = size_t{256} << 20;
+  size_t factor = 2;
+  DataType type = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int iters = 20;
+  int warmup = 5;
+  int reps = 5;
+  long timeout_ms = 120000;
+  std::vector<std::string> forwarded;  // the options above, for the rank processes
+};
+
+const std::map<std::string, DataType>& type_names() {
+  static const std::map<std::string, DataType> m = {
+      {"float32", DataType::kFloat32}, {"float64", DataType::kFloat64},
+      {"float16", DataType::kFloat16}, {"bfloat16", DataType::kBFloat16},
+      {"int32", DataType::kInt32},     {"int64", DataType::kInt64}};
+  return m;
+}
+
+const std::map<std::string, ReduceOp>& op_names() {
+  static const std::map<std::string, ReduceOp> m = {
+      {"sum", ReduceOp::kSum}, {"avg", ReduceOp::kAvg}, {"min", ReduceOp::kMin},
+      {"max", ReduceOp::kMax}};
+  return m;
+}
+
+template <typename T>
+std::string name_of(const std::map<std::string, T>& m, T v) {
+  for (const auto& [k, x] : m) {
+    if (x == v) return k;
+  }
+  return "?";
+}
+
+size_t bytes_of(DataType t) {
+  switch (t) {
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kFloat32:
+    case DataType::kInt32:
+      return 4;
+    case DataType::kFloat64:
+    case DataType::kInt64:
+      return 8;
+  }
+  return 0;
+}
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "nccl_allreduce_bench: %s\nusage: nccl_allreduce_bench [--ranks N] [-b MIN_BYTES] "
+               "[-e MAX_BYTES] [-f FACTOR] [-t TYPE] [-o OP] [-n ITERS] [-w WARMUP] [-r REPS] "
+               "[--timeout-ms MS]\n",
+               why);
+  std::exit(2);
+}
+
+// "64M", "1G", "8" -> bytes.
+size_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || v < 0) usage(("bad size " + s).c_str());
+  double scale = 1;
+  switch (*end) {
+    case 'K': case 'k': scale = 1024.0; break;
+    case 'M': case 'm': scale = 1024.0 * 1024; break;
+    case 'G': case 'g': scale = 1024.0 * 1024 * 1024; break;
+    case '\0': break;
+    default: usage(("bad size " + s).c_str());
+  }
+  return static_cast<size_t>(v * scale);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) usage(("missing value after " + k).c_str());
+    const std::string v = argv[++i];
+    bool forward = true;
+    if (k == "--ranks") {
+      a.ranks = std::atoi(v.c_str());
+      forward = false;
+    } else if (k == "--rank") {
+      a.rank = std::atoi(v.c_str());
+      forward = false;
+    } else if (k == "--port") {
+      a.port = static_cast<uint16_t>(std::atoi(v.c_str()));
+      forward = false;
+    } else if (k == "-b") {
+      a.min_bytes = parse_size(v);
+    } else if (k == "-e") {
+      a.max_bytes = parse_size(v);
+    } else if (k == "-f") {
+      a.factor = static_cast<size_t>(std::atoi(v.c_str()));
+    } else if (k == "-t") {
+      const auto it = type_names().find(v);
+      if (it == type_names().end()) usage(("unknown type " + v).c_str());
+      a.type = it->second;
+    } else if (k == "-o") {
+      const auto it = op_names().find(v);
+      if (it == op_names().end()) usage(("unknown redop " + v).c_str());
+      a.op = it->second;
+    } else if (k == "-n") {
+      a.iters = std::atoi(v.c_str());
+    } else if (k == "-w") {
+      a.warmup = std::atoi(v.c_str());
+    } else if (k == "-r") {
+      a.reps = std::atoi(v.c_str());
+    } else if (k == "--timeout-ms") {
+      a.timeout_ms = std::atol(v.c_str());
+    } else {
+      usage(("unknown option " + k).c_str());
+    }
+    if (forward) {
+      a.forwarded.push_back(k);
+      a.forwarded.push_back(v);
+    }
+  }
+  if (a.ranks < 1 || a.iters < 1 || a.reps < 1 || a.warmup < 0 || a.factor < 2 ||
+      a.min_bytes > a.max_bytes || a.timeout_ms <= 0) {
+    usage("invalid option values");
+  }
+  return a;
+}
+
+// ---- data with a closed form (positive, exact in every type for n <= 8)
+
+double scale_of(DataType t) { return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0; }
+
+double input(DataType t, int rank, size_t i) {
+  return (rank + 1) * static_cast<double>(i % 7 + 1) * scale_of(t);
+}
+
+double expected(DataType t, ReduceOp op, int n, size_t i) {
+  const double k = static_cast<double>(i % 7 + 1) * scale_of(t);
+  const double sum = k * n * (n + 1) / 2.0;
+  switch (op) {
+    case ReduceOp::kSum: return sum;
+    case ReduceOp::kMin: return k;
+    case ReduceOp::kMax: return k * n;
+    case ReduceOp::kAvg:
+      return (t == DataType::kInt32 || t == DataType::kInt64) ? std::trunc(sum / n) : sum / n;
+  }
+  return 0;
+}
+
+double tolerance(DataType t, ReduceOp op, double want) {
+  if (op != ReduceOp::kAvg) return 0.0;
+  switch (t) {
+    case DataType::kFloat32: return 1e-5 * want;
+    case DataType::kFloat64: return 1e-12 * want;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: return 3e-2 * want;
+    default: return 0.0;
+  }
+}
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Exact for the small positive integers and halves used here.
+uint16_t to_fp16(float f) {
+  if (f == 0.0f) return 0;
+  int e = 0;
+  const float m = std::frexp(f, &e);  // f = m * 2^e, m in [0.5, 1)
+  const auto mant = static_cast<uint32_t>(std::nearbyint((m * 2 - 1) * 1024));
+  return static_cast<uint16_t>(((static_cast<uint32_t>(e - 1 + 15)) << 10) + mant);
+}
+
+float from_fp16(uint16_t h) {
+  const int e = (h >> 10) & 0x1f;
+  const int mant = h & 0x3ff;
+  if (e == 0) return std::ldexp(static_cast<float>(mant), -24);
+  return std::ldexp(1.0f + static_cast<float>(mant) / 1024.0f, e - 15);
+}
+
+void store_value(DataType t, uint8_t* p, double v) {
+  switch (t) {
+    case DataType::kFloat32: { const auto x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
+    case DataType::kFloat64: std::memcpy(p, &v, 8); break;
+    case DataType::kFloat16: { const uint16_t x = to_fp16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+    case DataType::kBFloat16: { const uint16_t x = to_bf16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+    case DataType::kInt32: { const auto x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
+    case DataType::kInt64: { const auto x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
+  }
+}
+
+double load_value(DataType t, const uint8_t* p) {
+  switch (t) {
+    case DataType::kFloat32: { float x; std::memcpy(&x, p, 4); return x; }
+    case DataType::kFloat64: { double x; std::memcpy(&x, p, 8); return x; }
+    case DataType::kFloat16: { uint16_t x; std::memcpy(&x, p, 2); return from_fp16(x); }
+    case DataType::kBFloat16: { uint16_t x; std::memcpy(&x, p, 2); return from_bf16(x); }
+    case DataType::kInt32: { int32_t x; std::memcpy(&x, p, 4); return x; }
+    case DataType::kInt64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
+  }
+  return 0;
+}
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "nccl_allreduce_bench: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+std::string version_text(int v) {  // CUDA's 13000 -> "13.0"
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+std::string nccl_text(int v) {
+  return v >= 10000 ? std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." +
+                          std::to_string(v % 100)
+                    : std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 100) + "." +
+                          std::to_string(v % 100);
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+bool devices_shared(int ranks, int devices) { return devices < ranks; }
+
+// ---- one rank
+
+int run_rank(const Args& a, int devices) {
+  const int size = a.ranks;
+  const int rank = a.rank < 0 ? 0 : a.rank;
+  std::shared_ptr<slurmddp::Store> store;
+  if (size > 1) {
+    slurmddp::TcpStoreOptions so;
+    so.host = "127.0.0.1";
+    so.port = a.port;
+    so.timeout = std::chrono::milliseconds(a.timeout_ms);
+    store = slurmddp::make_tcp_store(so);
+  }
+  slurmddp::NcclOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.device = rank % devices;
+  o.store = store;
+  o.prefix = "bench/nccl";
+  o.timeout = std::chrono::milliseconds(a.timeout_ms);
+  auto comm = slurmddp::make_nccl_communicator(o);
+  auto* nccl = slurmddp::as_nccl_communicator(comm.get());
+  const std::chrono::milliseconds wait_limit(a.timeout_ms);
+
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
+  char bus[32] = {};
+  cuda_check(cudaDeviceGetPCIBusId(bus, sizeof bus, o.device), "cudaDeviceGetPCIBusId");
+  const std::string me = "#   rank " + std::to_string(rank) + ": host " + host_name() + " pid " +
+                         std::to_string(getpid()) + " device " + std::to_string(o.device) +
+                         " (" + prop.name + ", bus " + bus + ")";
+  if (store) store->set("bench/map/" + std::to_string(rank), slurmddp::Bytes(me.begin(), me.end()));
+
+  const size_t esz = bytes_of(a.type);
+  const size_t max_count = a.max_bytes / esz;
+  void* buf = nullptr;
+  cuda_check(cudaSetDevice(o.device), "cudaSetDevice");
+  cuda_check(cudaMalloc(&buf, std::max<size_t>(max_count, 1) * esz), "cudaMalloc");
+  double* stat = nullptr;  // per-rank figures reduced over ranks on the GPU
+  cuda_check(cudaMalloc(reinterpret_cast<void**>(&stat), 2 * sizeof(double)), "cudaMalloc");
+
+  if (rank == 0) {
+    int runtime = 0;
+    int driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    std::printf("# slurm-ddp NCCL allreduce benchmark (nccl-tests columns; in place; GB = 1e9; "
+                "busbw = algbw * 2(n-1)/n)\n");
+    std::printf("# slurm-ddp %s, NCCL %s (built against %s), CUDA runtime %s, driver %s\n",
+                SLURMDDP_VERSION, nccl_text(nccl->nccl_version()).c_str(),
+                nccl_text(NCCL_VERSION_CODE).c_str(), version_text(runtime).c_str(),
+                version_text(driver).c_str());
+    std::printf("# ranks %d, iters %d, reps %d (median of reps, max over ranks), warmup %d, "
+                "type %s, redop %s, timeout %ld ms\n",
+                size, a.iters, a.reps, a.warmup, name_of(type_names(), a.type).c_str(),
+                name_of(op_names(), a.op).c_str(), a.timeout_ms);
+    if (store) {
+      for (int r = 0; r < size; ++r) {
+        const auto v = store->get("bench/map/" + std::to_string(r), wait_limit);
+        std::printf("%s\n", std::string(v.begin(), v.end()).c_str());
+      }
+    } else {
+      std::printf("%s\n", me.c_str());
+    }
+    if (devices_shared(size, devices)) {
+      std::printf("# %d ranks on %d device(s): ranks share a GPU over loopback TCP (NCCL_HOSTID); "
+                  "a check of the multi-process path, not a bandwidth figure\n",
+                  size, devices);
+    }
+    std::printf("#\n# %12s %12s %9s %7s %12s %12s %12s %8s\n", "size(B)", "count", "type",
+                "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    std::fflush(stdout);
+  }
+
+  const double bus_factor = size > 1 ? 2.0 * (size - 1) / size : 0.0;
+  double busbw_sum = 0;
+  int rows = 0;
+  long long wrong_total = 0;
+  std::vector<uint8_t> host;
+  for (size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.factor) {
+    const size_t count = bytes / esz;
+    if (count == 0) {
+      if (bytes == 0) break;
+      continue;
+    }
+    cuda_check(cudaMemset(buf, 0, count * esz), "cudaMemset");
+    cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    for (int i = 0; i < a.warmup; ++i) {
+      comm->allreduce(buf, count, a.type, a.op)->wait(wait_limit);
+    }
+    std::vector<double> samples;
+    for (int r = 0; r < a.reps; ++r) {
+      const auto t0 = Clock::now();
+      slurmddp::WorkHandle last;
+      for (int i = 0; i < a.iters; ++i) last = comm->allreduce(buf, count, a.type, a.op);
+      last->wait(wait_limit);  // operations complete in issue order
+      samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
+                        a.iters);
+    }
+    std::sort(samples.begin(), samples.end());
+    double median = samples[samples.size() / 2];
+    if (samples.size() % 2 == 0) median = (median + samples[samples.size() / 2 - 1]) / 2;
+
+    // The check: closed-form data, one allreduce, count what is wrong.
+    host.resize(count * esz);
+    for (size_t i = 0; i < count; ++i) store_value(a.type, host.data() + i * esz, input(a.type, rank, i));
+    cuda_check(cudaMemcpy(buf, host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    comm->allreduce(buf, count, a.type, a.op)->wait(wait_limit);
+    cuda_check(cudaMemcpy(host.data(), buf, host.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    double wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double want = expected(a.type, a.op, size, i);
+      const double got = load_value(a.type, host.data() + i * esz);
+      if (!(std::fabs(got - want) <= tolerance(a.type, a.op, want))) wrong += 1;
+    }
+    // Over ranks: the slowest median and the total of wrong values.
+    const double mine[2] = {median, wrong};
+    cuda_check(cudaMemcpy(stat, mine, sizeof mine, cudaMemcpyHostToDevice), "cudaMemcpy");
+    comm->allreduce(stat, 1, DataType::kFloat64, ReduceOp::kMax)->wait(wait_limit);
+    comm->allreduce(stat + 1, 1, DataType::kFloat64, ReduceOp::kSum)->wait(wait_limit);
+    double all[2] = {0, 0};
+    cuda_check(cudaMemcpy(all, stat, sizeof all, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    wrong_total += static_cast<long long>(all[1]);
+    const double algbw = static_cast<double>(count * esz) / (all[0] * 1e-6) / 1e9;
+    busbw_sum += algbw * bus_factor;
+    ++rows;
+    if (rank == 0) {
+      std::printf("  %12zu %12zu %9s %7s %12.2f %12.2f %12.2f %8lld\n", count * esz, count,
+                  name_of(type_names(), a.type).c_str(), name_of(op_names(), a.op).c_str(),
+                  all[0], algbw, algbw * bus_factor, static_cast<long long>(all[1]));
+      std::fflush(stdout);
+    }
+    if (bytes > a.max_bytes / a.factor) break;  // next step would overflow or pass the end
+  }
+  if (rank == 0) {
+    std::printf("# Avg bus bandwidth    : %.4f\n", rows ? busbw_sum / rows : 0.0);
+    std::printf("# Wrong values         : %lld %s\n#\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    std::fflush(stdout);
+  }
+  cudaFree(buf);
+  cudaFree(stat);
+  comm.reset();
+  // Rank 0 hosts no store here (the parent does), so ranks may leave at once.
+  return wrong_total == 0 ? 0 : 1;
+}
+
+// ---- the parent of several rank processes
+
+std::string self_path() {
+  char buf[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+int run_parent(const Args& a, int devices) {
+  slurmddp::TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  so.is_server = true;
+  auto store = slurmddp::make_tcp_store(so);
+  const std::string exe = self_path();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < a.ranks; ++r) {
+    std::vector<std::string> args = {exe, "--ranks", std::to_string(a.ranks), "--rank",
+                                     std::to_string(r), "--port", std::to_string(store->port())};
+    args.insert(args.end(), a.forwarded.begin(), a.forwarded.end());
+    std::map<std::string, std::string> extra;
+    if (devices_shared(a.ranks, devices)) {  // see the header comment
+      extra["NCCL_HOSTID"] = "slurmddp-bench-rank-" + std::to_string(r);
+      extra["NCCL_SOCKET_IFNAME"] = "lo";
+      extra["NCCL_P2P_DISABLE"] = "1";
+      extra["NCCL_SHM_DISABLE"] = "1";
+      extra["NCCL_IB_DISABLE"] = "1";
+      extra["NCCL_NVLS_ENABLE"] = "0";
+    }
+    std::vector<std::string> envs;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      if (extra.count(kv.substr(0, kv.find('='))) == 0) envs.push_back(kv);
+    }
+    for (const auto& [k, v] : extra) envs.push_back(k + "=" + v);
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (auto& s : envs) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    pid_t pid = -1;
+    if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) {
+      std::fprintf(stderr, "nccl_allreduce_bench: cannot start rank %d\n", r);
+      for (pid_t p : pids) kill(p, SIGKILL);
+      return 1;
+    }
+    pids.push_back(pid);
+  }
+  int worst = 0;
+  for (size_t r = 0; r < pids.size(); ++r) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0) {
+      std::fprintf(stderr, "nccl_allreduce_bench: rank %zu ended with status %d\n", r, code);
+      // One failed rank leaves the others to their timeouts; do not wait that long.
+      for (size_t q = r + 1; q < pids.size(); ++q) kill(pids[q], SIGKILL);
+    }
+    worst = std::max(worst, code);
+  }
+  return worst;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    std::printf("# nccl_allreduce_bench: skipped: no CUDA device (%s)\n",
+                e == cudaSuccess ? "0 devices" : cudaGetErrorName(e));
+    return 77;
+  }
+  try {
+    if (a.ranks > 1 && a.rank < 0) return run_parent(a, devices);
+    return run_rank(a, devices);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "nccl_allreduce_bench: rank %d: %s\n", std::max(a.rank, 0), ex.what());
+    return 1;
+  }
+}

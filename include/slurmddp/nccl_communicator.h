@@ -1,0 +1,153 @@
+// The GPU communicator: collectives on CUDA device memory through NCCL (from
+// the CUDA toolkit), one rank per process and GPU.
+//
+//   slurmddp::NcclOptions o;
+//   o.rank = rank; o.size = world_size; o.store = store;   // device: from the environment
+//   o.timeout = std::chrono::seconds(30);
+//   auto comm = slurmddp::make_nccl_communicator(o);
+//   comm->allreduce(grads_on_gpu, n, slurmddp::DataType::kBFloat16, slurmddp::ReduceOp::kAvg)
+//       ->wait(comm->timeout());
+//
+// Creation (blocking, bounded by `timeout`):
+//  - Device: `device` when >= 0, else SLURMDDP_LOCAL_DEVICE, else LOCAL_RANK
+//    (then SLURM_LOCALID) modulo the number of visible devices, else 0 — the
+//    rule of identity.h. The ordinal counts within CUDA_VISIBLE_DEVICES. An
+//    ordinal that is not visible throws InvalidArgument naming the ordinal, its
+//    source, CUDA_VISIBLE_DEVICES and SLURMDDP_LOCAL_DEVICE; no visible device
+//    at all throws CudaError. The calling thread's current device is restored.
+//  - NCCL's unique id: rank 0 creates it and publishes it under
+//    "<prefix>/unique_id" in `store` (every rank first records itself under
+//    "<prefix>/join/<rank>"), or, with `bootstrap`, the callback exchanges it.
+//    A world size that differs from rank 0's throws InvalidArgument naming both.
+//  - NCCL is initialized non-blocking (ncclConfig_t::blocking = 0) and polled;
+//    when `timeout` passes first, the half-made communicator is aborted
+//    (ncclCommAbort) and TimeoutError says which rank gave up and how many
+//    ranks the store saw join, e.g. "3/4 ranks joined; missing: [2]".
+//    NCCL failures throw NcclError with NCCL's own last error text.
+//
+// Operations (see communicator.h for the collective semantics):
+//  - Buffers must be device (or managed) memory of this communicator's device;
+//    anything else throws InvalidArgument before NCCL sees it.
+//  - Every operation runs on the communicator's own stream (stream()). Unless
+//    `order_after_compute_stream` is false it first waits, on the GPU, for the
+//    work queued so far on the compute stream (set_compute_stream(); default:
+//    the legacy default stream 0), so data produced by earlier kernels is
+//    read, never stale. Calls return once NCCL has queued the work (the CPU
+//    does not wait for the GPU). Buffers must stay valid and untouched until
+//    the Work completed; to consume results on another stream without a CPU
+//    wait, use wait_on_stream().
+//  - avg: ncclAvg where the loaded NCCL has it, else a sum followed by a
+//    scaling kernel (integers: sum then divide, truncating toward zero).
+//    float16 and bfloat16 map to ncclFloat16 and ncclBfloat16 (reduced in
+//    their own precision by NCCL). barrier() is a one-element allreduce.
+//  - allgather: send and recv must not overlap, except send == recv + rank *
+//    count elements (in place). reduce_scatter: recv must not overlap send,
+//    except recv == send + rank * count elements.
+//  - Failures: a watchdog thread checks every in-flight operation. When one
+//    has not finished `timeout` after it was issued, or NCCL reports an
+//    asynchronous error, the communicator is aborted (ncclCommAbort): that
+//    operation and every later one throw the same error (TimeoutError naming
+//    the operation, its sequence number, the rank and the timeout; PeerError
+//    for a remote or network failure; NcclError otherwise). Work::wait with a
+//    shorter timeout does the same when it expires. Nothing blocks longer than
+//    `timeout` (plus the watchdog's period).
+//  - Thread safety: any thread may issue operations and wait on Works;
+//    operations issued concurrently from several threads run in the order the
+//    communicator received them, which must be the same on every rank.
+//  - The destructor waits for in-flight operations (at most `timeout`), then
+//    finalizes and destroys the NCCL communicator; a broken one is aborted.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "slurmddp/communicator.h"
+#include "slurmddp/store.h"
+
+// The type behind cudaStream_t, declared here so that this header does not
+// need the CUDA headers: a cudaStream_t converts to CudaStream and back.
+struct CUstream_st;
+
+namespace slurmddp {
+
+using CudaStream = CUstream_st*;
+
+// NCCL_UNIQUE_ID_BYTES (checked against nccl.h where the library is built).
+inline constexpr size_t kNcclUniqueIdBytes = 128;
+using NcclUniqueId = std::array<uint8_t, kNcclUniqueIdBytes>;
+
+// Exchanges NCCL's unique id without the store (e.g. over PMIx). Called once on
+// every rank during creation: on rank 0 with the id it created (publish it,
+// return it); on the others with nullopt (return rank 0's id). It must return
+// or throw within the communicator's timeout.
+using NcclIdBootstrap = std::function<NcclUniqueId(const std::optional<NcclUniqueId>& root_id)>;
+
+struct NcclOptions {
+  int rank = -1;
+  int size = 0;
+  // CUDA device ordinal within CUDA_VISIBLE_DEVICES; -1: from the environment
+  // (see above).
+  int device = -1;
+
+  // Rendezvous: the unique id travels through `store` under "<prefix>/...",
+  // unless `bootstrap` is set (then the store, when given too, only records
+  // who joined, for timeout messages). A single rank (size 1) needs neither.
+  // Use one prefix per communicator created on a store.
+  std::shared_ptr<Store> store;
+  NcclIdBootstrap bootstrap;
+  std::string prefix = "slurmddp/nccl";
+
+  // Bounds creation, every operation (counted from the call that issued it)
+  // and the blocking helpers.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+
+  // The stream whose queued work each operation waits for (see above);
+  // nullptr: the legacy default stream. Ignored when order_after_compute_stream
+  // is false (the caller then orders its work itself, e.g. with wait_on_stream
+  // and events on stream()).
+  CudaStream compute_stream = nullptr;
+  bool order_after_compute_stream = true;
+
+  // Create the communicator's stream with the device's highest priority, so
+  // that collectives overlap compute kernels instead of queuing behind them.
+  bool high_priority_stream = true;
+};
+
+// The NCCL-specific surface beyond Communicator.
+class NcclCommunicator : public Communicator {
+ public:
+  // The CUDA device ordinal this communicator uses.
+  virtual int cuda_device() const = 0;
+  // The communicator's own stream, on which every operation runs.
+  virtual CudaStream stream() const = 0;
+  // The stream later operations wait for (see NcclOptions::compute_stream).
+  // Thread-safe; takes effect for operations issued after it returns.
+  virtual void set_compute_stream(CudaStream stream) = 0;
+  virtual CudaStream compute_stream() const = 0;
+  // Makes `stream` wait, on the GPU, until `work` (from this communicator)
+  // finished; returns at once. Throws InvalidArgument for a Work of another
+  // communicator, and the communicator's error when it is broken.
+  virtual void wait_on_stream(const WorkHandle& work, CudaStream stream) = 0;
+  // The loaded NCCL library's version code (e.g. 22809 for 2.28.9).
+  virtual int nccl_version() const = 0;
+};
+
+// Creates this rank's communicator (blocking until every rank joined, see
+// above). Throws InvalidArgument, CudaError, NcclError, TimeoutError or
+// PeerError (store lost). In a build without NCCL it throws Error saying so.
+std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options);
+
+// The NCCL surface of a communicator made by make_nccl_communicator; nullptr
+// for any other communicator.
+NcclCommunicator* as_nccl_communicator(Communicator* communicator);
+
+// The loaded NCCL library's version code, or 0 in a build without NCCL.
+int nccl_runtime_version();
+
+}  // namespace slurmddp

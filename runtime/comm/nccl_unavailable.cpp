@@ -1,0 +1,17 @@
+// make_nccl_communicator in a build without NCCL: says so.
+#include "slurmddp/error.h"
+#include "slurmddp/nccl_communicator.h"
+
+namespace slurmddp {
+
+std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options) {
+  throw Error("nccl: failed to create a communicator: slurm-ddp was built without NCCL "
+              "(configure with -Dcuda=enabled -Dnccl=enabled where CUDA and NCCL are "
+              "installed); rank=" + std::to_string(options.rank));
+}
+
+NcclCommunicator* as_nccl_communicator(Communicator* /*communicator*/) { return nullptr; }
+
+int nccl_runtime_version() { return 0; }
+
+}  // namespace slurmddp

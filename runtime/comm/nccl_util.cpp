@@ -1,0 +1,157 @@
+#include "comm/nccl_util.h"
+
+#include "slurmddp/error.h"
+
+namespace slurmddp::comm {
+
+size_t nccl_type_bytes(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+    case DataType::kInt32:
+      return 4;
+    case DataType::kFloat64:
+    case DataType::kInt64:
+      return 8;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+  }
+  return 0;
+}
+
+const char* nccl_type_name(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBFloat16:
+      return "bfloat16";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+  }
+  return "unknown";
+}
+
+const char* nccl_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+  }
+  return "unknown";
+}
+
+ncclDataType_t to_nccl(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+  }
+  throw InvalidArgument("nccl: failed to map a data type: unknown DataType value " +
+                        std::to_string(static_cast<int>(t)));
+}
+
+bool is_integer_type(DataType t) { return t == DataType::kInt32 || t == DataType::kInt64; }
+
+std::string nccl_version_text(int code) {
+  // NCCL_VERSION(X,Y,Z) is X*10000+Y*100+Z since 2.9, X*1000+Y*100+Z before.
+  int major = 0;
+  int minor = 0;
+  int patch = 0;
+  if (code >= 10000) {
+    major = code / 10000;
+    minor = (code % 10000) / 100;
+    patch = code % 100;
+  } else {
+    major = code / 1000;
+    minor = (code % 1000) / 100;
+    patch = code % 100;
+  }
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+std::string cuda_error_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
+}
+
+const char* nccl_result_name(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess:
+      return "ncclSuccess";
+    case ncclUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case ncclSystemError:
+      return "ncclSystemError";
+    case ncclInternalError:
+      return "ncclInternalError";
+    case ncclInvalidArgument:
+      return "ncclInvalidArgument";
+    case ncclInvalidUsage:
+      return "ncclInvalidUsage";
+    case ncclRemoteError:
+      return "ncclRemoteError";
+    case ncclInProgress:
+      return "ncclInProgress";
+    default:
+      return "ncclResult";
+  }
+}
+
+std::string nccl_error_text(ncclResult_t r, ncclComm_t comm) {
+  std::string s = std::string(nccl_result_name(r)) + " " + std::to_string(static_cast<int>(r)) +
+                  " (" + ncclGetErrorString(r) + ")";
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') s += ": " + std::string(last);
+  return s;
+}
+
+void throw_cuda(const std::string& action, cudaError_t e, const std::string& where) {
+  throw CudaError("nccl: failed to " + action + ": " + cuda_error_text(e) + "; " + where);
+}
+
+std::exception_ptr nccl_failure(const std::string& action, ncclResult_t r, ncclComm_t comm,
+                                const std::string& where) {
+  const std::string message =
+      "nccl: failed to " + action + ": " + nccl_error_text(r, comm) + "; " + where;
+  if (r == ncclRemoteError || r == ncclSystemError) {
+    return std::make_exception_ptr(PeerError(message));
+  }
+  return std::make_exception_ptr(NcclError(message));
+}
+
+DeviceGuard::DeviceGuard(int device, const std::string& where) : device_(device) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    previous_ = -1;
+  }
+  if (previous_ != device_) {
+    const cudaError_t e = cudaSetDevice(device_);
+    if (e != cudaSuccess) throw_cuda("make device " + std::to_string(device_) + " current", e,
+                                     where);
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0 && previous_ != device_) (void)cudaSetDevice(previous_);
+}
+
+}  // namespace slurmddp::comm
