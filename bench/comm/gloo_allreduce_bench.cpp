@@ -1,0 +1,293 @@
+// Allreduce (float32, sum) through slurm-ddp's Gloo communicator, ranks as
+// processes on loopback, printed in nccl-tests' columns:
+//   size(B) count type redop time(us) algbw(GB/s) busbw(GB/s) #wrong
+// GB = 1e9; busbw = algbw * 2(n-1)/n. Per size: untimed warm-up, then
+// repetitions that each start from a barrier; a repetition's time is that of
+// the slowest rank, and the row shows the median over repetitions. #wrong counts
+// elements (all ranks) that differ from the closed form of the last repetition;
+// any wrong element makes the exit status 1.
+//
+// Usage: gloo_allreduce_bench [--ranks N] [--min-bytes B] [--max-bytes B]
+//                             [--factor F] [--iters R] [--warmup W]
+//                             [--ifname IF | --hostname H] [--timeout-ms T]
+//                             [--small-max-bytes B] [--medium-max-bytes B]
+// (the last two override GlooOptions' algorithm thresholds, for experiments)
+// The launcher hosts the TCP store and starts N copies of itself as workers.
+#include <gloo/config.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "slurmddp/error.h"
+#include "slurmddp/gloo_communicator.h"
+#include "slurmddp/tcp_store.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace slurmddp;
+
+struct Config {
+  int ranks = 2;
+  size_t min_bytes = 4096;
+  size_t max_bytes = size_t{256} << 20;
+  size_t factor = 2;
+  int iters = 0;   // 0: by size
+  int warmup = -1; // -1: by size
+  std::string ifname;
+  std::string hostname = "127.0.0.1";
+  long timeout_ms = 300000;
+  long long small_max = -1;   // -1: GlooOptions default
+  long long medium_max = -1;
+  // worker only
+  int rank = -1;
+  int port = 0;
+};
+
+[[noreturn]] void usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--ranks N] [--min-bytes B] [--max-bytes B] [--factor F] [--iters R]\n"
+               "          [--warmup W] [--ifname IF | --hostname H] [--timeout-ms T]\n"
+               "          [--small-max-bytes B] [--medium-max-bytes B]\n",
+               argv0);
+  std::exit(2);
+}
+
+Config parse(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(argv[0]);
+      return argv[++i];
+    };
+    if (a == "--ranks") {
+      c.ranks = std::stoi(next());
+    } else if (a == "--min-bytes") {
+      c.min_bytes = std::stoull(next());
+    } else if (a == "--max-bytes") {
+      c.max_bytes = std::stoull(next());
+    } else if (a == "--factor") {
+      c.factor = std::stoull(next());
+    } else if (a == "--iters") {
+      c.iters = std::stoi(next());
+    } else if (a == "--warmup") {
+      c.warmup = std::stoi(next());
+    } else if (a == "--ifname") {
+      c.ifname = next();
+      c.hostname.clear();
+    } else if (a == "--hostname") {
+      c.hostname = next();
+      c.ifname.clear();
+    } else if (a == "--timeout-ms") {
+      c.timeout_ms = std::stol(next());
+    } else if (a == "--small-max-bytes") {
+      c.small_max = std::stoll(next());
+    } else if (a == "--medium-max-bytes") {
+      c.medium_max = std::stoll(next());
+    } else if (a == "--worker-rank") {
+      c.rank = std::stoi(next());
+    } else if (a == "--worker-port") {
+      c.port = std::stoi(next());
+    } else {
+      usage(argv[0]);
+    }
+  }
+  if (c.ranks < 1 || c.min_bytes < 4 || c.max_bytes < c.min_bytes || c.factor < 2) usage(argv[0]);
+  return c;
+}
+
+// Repetitions and warm-up by message size (about 1 GiB of payload per size,
+// within [5, 200] repetitions).
+int iterations_for(const Config& c, size_t bytes) {
+  if (c.iters > 0) return c.iters;
+  const size_t r = (size_t{1} << 30) / bytes;
+  return static_cast<int>(std::clamp<size_t>(r, 5, 200));
+}
+
+int warmup_for(const Config& c, size_t bytes) {
+  if (c.warmup >= 0) return c.warmup;
+  return bytes >= (size_t{64} << 20) ? 1 : 3;
+}
+
+float input(int rank, size_t i) {
+  const float k = static_cast<float>(i % 7 + 1);
+  return ((i % 2) ? -1.0f : 1.0f) * static_cast<float>(rank + 1) * k;
+}
+
+float expected(int n, size_t i) {
+  const float k = static_cast<float>(i % 7 + 1);
+  return ((i % 2) ? -1.0f : 1.0f) * k * static_cast<float>(n * (n + 1) / 2);
+}
+
+int worker(const Config& c) {
+  TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = static_cast<uint16_t>(c.port);
+  so.timeout = std::chrono::milliseconds(c.timeout_ms);
+  auto store = make_tcp_store(so);
+
+  GlooOptions o;
+  o.rank = c.rank;
+  o.size = c.ranks;
+  o.store = store;
+  o.prefix = "bench/gloo";
+  o.ifname = c.ifname;
+  o.hostname = c.hostname;
+  o.timeout = std::chrono::milliseconds(c.timeout_ms);
+  if (c.small_max >= 0) o.small_max_bytes = static_cast<size_t>(c.small_max);
+  if (c.medium_max >= 0) o.medium_max_bytes = static_cast<size_t>(c.medium_max);
+  auto comm = make_gloo_communicator(o);
+  const int n = comm->size();
+  const int rank = comm->rank();
+  const auto timeout = comm->timeout();
+
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string me = std::to_string(rank) + ":" + host + "/" + std::to_string(getpid());
+  store->set("bench/who/" + std::to_string(rank), Bytes(me.begin(), me.end()));
+  if (rank == 0) {
+    std::string map;
+    for (int r = 0; r < n; ++r) {
+      const Bytes b = store->get("bench/who/" + std::to_string(r), timeout);
+      map += " " + std::string(b.begin(), b.end());
+    }
+    std::printf("# slurm-ddp allreduce benchmark: Gloo communicator (bench/comm/gloo_allreduce_bench)\n");
+    std::printf("# libgloo %d.%d.%d (TCP transport), %d ranks as processes, %s, timeout %ld ms\n",
+                GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, n,
+                c.ifname.empty() ? ("hostname " + c.hostname).c_str()
+                                 : ("interface " + c.ifname).c_str(),
+                c.timeout_ms);
+    std::printf("# algorithms: <= %zu B halving-doubling on blocking sockets, <= %zu B "
+                "halving-doubling on Gloo's event loop, larger gloo::allreduce ring in place\n",
+                o.small_max_bytes, o.medium_max_bytes);
+    std::printf("# per size: untimed warm-up, repetitions from a barrier, time = median over "
+                "repetitions of the slowest rank; GB = 1e9, busbw = algbw * 2(n-1)/n\n");
+    std::printf("# rank:host/pid%s\n", map.c_str());
+    std::printf("#%13s %12s %8s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop",
+                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    std::fflush(stdout);
+  }
+
+  int64_t total_wrong = 0;
+  for (size_t bytes = c.min_bytes; bytes <= c.max_bytes; bytes *= c.factor) {
+    const size_t count = bytes / sizeof(float);
+    std::vector<float> src(count), buf(count);
+    for (size_t i = 0; i < count; ++i) src[i] = input(rank, i);
+    const int reps = iterations_for(c, bytes);
+    const int warm = warmup_for(c, bytes);
+    for (int w = 0; w < warm; ++w) {
+      std::memcpy(buf.data(), src.data(), bytes);
+      comm->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum)->wait(timeout);
+    }
+    std::vector<double> us(static_cast<size_t>(reps));
+    for (int r = 0; r < reps; ++r) {
+      std::memcpy(buf.data(), src.data(), bytes);  // untimed: every repetition starts fresh
+      comm->barrier()->wait(timeout);
+      const auto t0 = std::chrono::steady_clock::now();
+      comm->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum)->wait(timeout);
+      const auto t1 = std::chrono::steady_clock::now();
+      us[static_cast<size_t>(r)] = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    }
+    int64_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      if (buf[i] != expected(n, i)) ++wrong;
+    }
+    // The slowest rank per repetition, and the wrong elements of all ranks.
+    comm->allreduce(us.data(), us.size(), DataType::kFloat64, ReduceOp::kMax)->wait(timeout);
+    comm->allreduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum)->wait(timeout);
+    total_wrong += wrong;
+    if (rank == 0) {
+      std::sort(us.begin(), us.end());
+      const size_t m = us.size();
+      const double median = m % 2 ? us[m / 2] : 0.5 * (us[m / 2 - 1] + us[m / 2]);
+      const double algbw = static_cast<double>(bytes) / median / 1e3;
+      const double busbw = algbw * 2.0 * (n - 1) / n;
+      std::printf(" %13zu %12zu %8s %6s %12.1f %12.3f %12.3f %8" PRId64 "\n", bytes, count,
+                  "float", "sum", median, algbw, busbw, wrong);
+      std::fflush(stdout);
+    }
+  }
+  comm->barrier()->wait(timeout);
+  return total_wrong == 0 ? 0 : 1;
+}
+
+int launcher(const Config& c, char** argv) {
+  TcpStoreOptions so;
+  so.is_server = true;
+  so.port = 0;
+  so.host = "127.0.0.1";
+  so.server.bind_host = "127.0.0.1";
+  so.timeout = std::chrono::milliseconds(c.timeout_ms);
+  auto store = make_tcp_store(so);
+
+  std::vector<pid_t> pids;
+  for (int r = 0; r < c.ranks; ++r) {
+    std::vector<std::string> args = {"/proc/self/exe",
+                                     "--ranks", std::to_string(c.ranks),
+                                     "--min-bytes", std::to_string(c.min_bytes),
+                                     "--max-bytes", std::to_string(c.max_bytes),
+                                     "--factor", std::to_string(c.factor),
+                                     "--iters", std::to_string(c.iters),
+                                     "--warmup", std::to_string(c.warmup),
+                                     "--timeout-ms", std::to_string(c.timeout_ms),
+                                     "--small-max-bytes", std::to_string(c.small_max),
+                                     "--medium-max-bytes", std::to_string(c.medium_max),
+                                     "--worker-rank", std::to_string(r),
+                                     "--worker-port", std::to_string(store->port())};
+    if (!c.ifname.empty()) {
+      args.insert(args.end(), {"--ifname", c.ifname});
+    } else {
+      args.insert(args.end(), {"--hostname", c.hostname});
+    }
+    std::vector<char*> cargs;
+    for (auto& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    pid_t pid = -1;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) {
+      std::fprintf(stderr, "%s: failed to start worker %d\n", argv[0], r);
+      for (pid_t p : pids) kill(p, SIGKILL);
+      return 1;
+    }
+    pids.push_back(pid);
+  }
+  // A worker that fails leaves the others blocked until their timeout: end them.
+  int rc = 0;
+  for (size_t left = pids.size(); left > 0; --left) {
+    int status = 0;
+    const pid_t done = waitpid(-1, &status, 0);
+    if (done < 0) break;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      if (rc == 0) {
+        for (pid_t p : pids) {
+          if (p != done) kill(p, SIGKILL);
+        }
+      }
+      rc = 1;
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Config c = parse(argc, argv);
+  try {
+    return c.rank >= 0 ? worker(c) : launcher(c, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gloo_allreduce_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,56 @@
+// Work handles of the Gloo communicator and the "broken" state they share
+// with it (a handle may outlive its communicator).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "slurmddp/communicator.h"
+
+namespace slurmddp::comm {
+
+// Whether a communicator is broken, and by which error (the first one wins).
+class BreakState {
+ public:
+  // Records `error` unless already broken; returns the error in force.
+  std::exception_ptr break_with(std::exception_ptr error);
+  // The error in force, or null while the communicator works.
+  std::exception_ptr error() const;
+
+ private:
+  mutable std::mutex m_;
+  std::exception_ptr error_;
+};
+
+class GlooWork final : public Work {
+ public:
+  // `what` names the operation in messages ("allreduce 1024 float32 ... op #3").
+  GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state);
+
+  // See Work::wait. A timeout breaks the communicator with a TimeoutError
+  // (unless it is already broken: then that error) and every later wait on
+  // this handle rethrows it.
+  void wait(std::chrono::milliseconds timeout) override;
+  // True once the backend finished with the buffers (after success or failure).
+  bool is_completed() override;
+
+  // Called once by the worker when the operation ended; `error` null on success.
+  void finish(std::exception_ptr error);
+
+  const std::string& what() const { return what_; }
+
+ private:
+  const std::string what_;
+  const int rank_;
+  const std::shared_ptr<BreakState> state_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace slurmddp::comm

@@ -1,0 +1,311 @@
+// The Gloo communicator with ranks as separate processes on loopback, the TCP
+// store hosted by this test process, and failure injection: SIGKILL or SIGSTOP
+// one rank in the middle of an allreduce loop.
+//
+// Every wait here has a deadline; at the end every process this test started
+// is killed (by PID) and reaped.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "slurmddp/tcp_store.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+long long monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+std::string rank_binary() {
+  const char* p = std::getenv("COMM_RANK_BIN");
+  return p ? p : "";
+}
+
+// One rank process: its stdout is collected line by line on a thread.
+class RankProcess {
+ public:
+  RankProcess(const std::vector<std::string>& args) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+      close(fds[0]);
+      throw std::runtime_error("posix_spawn " + args[0] + " failed");
+    }
+    fd_ = fds[0];
+    reader_ = std::thread([this] { read_lines(); });
+  }
+
+  ~RankProcess() {
+    kill_now();
+    reap();
+    if (reader_.joinable()) reader_.join();
+    close(fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+
+  void signal(int sig) {
+    if (!reaped_) ::kill(pid_, sig);
+  }
+  void kill_now() { signal(SIGKILL); }
+
+  // Waits until a line starting with `prefix` arrived; returns it ("" on timeout).
+  std::string wait_line(const std::string& prefix, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(m_);
+    std::string found;
+    cv_.wait_for(lock, timeout, [&] {
+      for (const auto& l : lines_) {
+        if (l.rfind(prefix, 0) == 0) {
+          found = l;
+          return true;
+        }
+      }
+      return eof_;
+    });
+    return found;
+  }
+
+  void reap() {
+    if (reaped_) return;
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+  }
+
+ private:
+  void read_lines() {
+    std::string partial;
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) break;
+      partial.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = partial.find('\n')) != std::string::npos) {
+        {
+          std::lock_guard<std::mutex> lock(m_);
+          lines_.push_back(partial.substr(0, nl));
+        }
+        cv_.notify_all();
+        partial.erase(0, nl + 1);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      eof_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  bool reaped_ = false;
+  std::thread reader_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<std::string> lines_;
+  bool eof_ = false;
+};
+
+struct Result {
+  std::string kind;  // "ok", "wrong", "PeerError", "TimeoutError", ... ; "" = none
+  long long at_ms = 0;
+  std::string text;
+};
+
+Result parse_result(const std::string& line) {
+  Result r;
+  if (line.empty()) return r;
+  std::istringstream is(line.substr(7));  // after "RESULT "
+  is >> r.kind;
+  if (r.kind != "ok" && r.kind != "wrong") is >> r.at_ms;
+  std::getline(is, r.text);
+  if (!r.text.empty() && r.text[0] == ' ') r.text.erase(0, 1);
+  return r;
+}
+
+// A group of rank processes sharing a TCP store hosted here.
+class Group {
+ public:
+  Group(const std::string& scenario, int size, std::chrono::milliseconds timeout, size_t count,
+        const std::vector<int>& ranks_to_start = {}) {
+    slurmddp::TcpStoreOptions so;
+    so.is_server = true;
+    so.port = 0;
+    so.host = "127.0.0.1";
+    so.server.bind_host = "127.0.0.1";
+    store_ = slurmddp::make_tcp_store(so);
+    static std::atomic<int> groups{0};
+    const std::string prefix = "mp" + std::to_string(groups++);
+    std::vector<int> ranks = ranks_to_start;
+    if (ranks.empty()) {
+      for (int r = 0; r < size; ++r) ranks.push_back(r);
+    }
+    procs_.resize(static_cast<size_t>(size));
+    for (int r : ranks) {
+      procs_[static_cast<size_t>(r)] = std::make_unique<RankProcess>(std::vector<std::string>{
+          rank_binary(), scenario, std::to_string(r), std::to_string(size),
+          std::to_string(store_->port()), prefix, std::to_string(timeout.count()),
+          std::to_string(count)});
+    }
+  }
+
+  RankProcess& rank(int r) { return *procs_[static_cast<size_t>(r)]; }
+  bool started(int r) const { return procs_[static_cast<size_t>(r)] != nullptr; }
+  int size() const { return static_cast<int>(procs_.size()); }
+
+  Result result(int r, std::chrono::milliseconds timeout) {
+    return parse_result(rank(r).wait_line("RESULT ", timeout));
+  }
+
+ private:
+  std::shared_ptr<slurmddp::TcpStore> store_;
+  std::vector<std::unique_ptr<RankProcess>> procs_;  // destroyed first: kills and reaps
+};
+
+TEST(CommMultiproc, HelperIsThere) {
+  ASSERT_FALSE(rank_binary().empty()) << "COMM_RANK_BIN is not set";
+  ASSERT_EQ(access(rank_binary().c_str(), X_OK), 0) << rank_binary();
+}
+
+class Processes : public ::testing::TestWithParam<int> {};
+
+TEST_P(Processes, EveryCollectiveIsCorrect) {
+  const int n = GetParam();
+  Group g("collectives", n, 60s, 0);
+  for (int r = 0; r < n; ++r) {
+    const Result res = g.result(r, 240s);
+    EXPECT_EQ(res.kind, "ok") << "rank " << r << ": " << res.text;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, Processes, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "ranks" + std::to_string(i.param);
+                         });
+
+struct FailureCase {
+  int size;
+  size_t count;  // elements per allreduce: 1001 blocking tier, 100003 middle, 1048579 ring
+  int victim;
+};
+
+std::string case_name(const FailureCase& c) {
+  return "ranks" + std::to_string(c.size) + "_count" + std::to_string(c.count) + "_victim" +
+         std::to_string(c.victim);
+}
+
+constexpr auto kTimeout = 3000ms;
+
+// Starts the loop on every rank and waits until each completed one operation.
+void start_loop(Group& g) {
+  for (int r = 0; r < g.size(); ++r) {
+    ASSERT_EQ(g.rank(r).wait_line("READY", 60s), "READY") << "rank " << r << " never got going";
+  }
+}
+
+class KillOneRank : public ::testing::TestWithParam<FailureCase> {};
+
+TEST_P(KillOneRank, EveryOtherRankFailsWithinTheTimeoutNamingIt) {
+  const FailureCase fc = GetParam();
+  Group g("loop", fc.size, kTimeout, fc.count);
+  start_loop(g);
+  const long long killed_at = monotonic_ms();
+  g.rank(fc.victim).kill_now();
+  const std::string victim = std::to_string(fc.victim);
+  for (int r = 0; r < fc.size; ++r) {
+    if (r == fc.victim) continue;
+    const Result res = g.result(r, kTimeout * 3);
+    ASSERT_TRUE(res.kind == "PeerError" || res.kind == "TimeoutError")
+        << "rank " << r << ": " << res.kind << " " << res.text;
+    EXPECT_NE(res.text.find("gloo: failed to allreduce " + std::to_string(fc.count) +
+                            " float32 (sum)"),
+              std::string::npos)
+        << res.text;
+    EXPECT_TRUE(res.text.find("lost peer rank " + victim) != std::string::npos ||
+                res.text.find("missing=[" + victim + "]") != std::string::npos)
+        << "rank " << r << ": " << res.text;
+    EXPECT_LE(res.at_ms - killed_at, kTimeout.count())
+        << "rank " << r << " failed " << res.at_ms - killed_at << " ms after the kill";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, KillOneRank,
+                         ::testing::Values(FailureCase{2, 1048579, 1}, FailureCase{3, 100003, 1},
+                                           FailureCase{4, 1001, 2}, FailureCase{4, 1048579, 0},
+                                           FailureCase{8, 100003, 5}, FailureCase{8, 1001, 7}),
+                         [](const ::testing::TestParamInfo<FailureCase>& i) {
+                           return case_name(i.param);
+                         });
+
+class StopOneRank : public ::testing::TestWithParam<FailureCase> {};
+
+TEST_P(StopOneRank, EveryOtherRankTimesOutNamingIt) {
+  const FailureCase fc = GetParam();
+  Group g("loop", fc.size, kTimeout, fc.count);
+  start_loop(g);
+  const long long stopped_at = monotonic_ms();
+  g.rank(fc.victim).signal(SIGSTOP);
+  const std::string victim = std::to_string(fc.victim);
+  for (int r = 0; r < fc.size; ++r) {
+    if (r == fc.victim) continue;
+    const Result res = g.result(r, kTimeout * 4);
+    EXPECT_EQ(res.kind, "TimeoutError") << "rank " << r << ": " << res.text;
+    EXPECT_NE(res.text.find("no response from rank " + victim + " within the timeout"),
+              std::string::npos)
+        << "rank " << r << ": " << res.text;
+    EXPECT_NE(res.text.find("missing=[" + victim + "]"), std::string::npos) << res.text;
+    // Gloo's timeout, then at most the diagnosis window (a quarter of it).
+    EXPECT_LE(res.at_ms - stopped_at, kTimeout.count() * 2)
+        << "rank " << r << " failed " << res.at_ms - stopped_at << " ms after the stop";
+  }
+  g.rank(fc.victim).kill_now();
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, StopOneRank,
+                         ::testing::Values(FailureCase{2, 1001, 1}, FailureCase{3, 100003, 2},
+                                           FailureCase{4, 1048579, 1}),
+                         [](const ::testing::TestParamInfo<FailureCase>& i) {
+                           return case_name(i.param);
+                         });
+
+TEST(CommMultiproc, RankThatNeverStartsIsNamed) {
+  Group g("join", 4, 2000ms, 0, {0, 1, 3});
+  for (int r : {0, 1, 3}) {
+    const Result res = g.result(r, 20s);
+    EXPECT_EQ(res.kind, "TimeoutError") << "rank " << r << ": " << res.text;
+    EXPECT_NE(res.text.find("3/4 ranks joined; missing: [2]"), std::string::npos) << res.text;
+  }
+}
+
+}  // namespace
