@@ -27,6 +27,7 @@ std::string g_why;
 
 }  // namespace
 
+std::string env_or_empty(const char* name) { return env_or(name, ""); }
 std::string plugin_path() { return env_or("SLURMDDP_PLUGIN", ""); }
 std::string harness_path() { return env_or("SLURMDDP_CLUSTER_SCRIPT", ""); }
 std::string probe_path() { return env_or("SLURMDDP_PROBE", ""); }

@@ -29,6 +29,7 @@ std::string plugin_path();    // SLURMDDP_PLUGIN
 std::string harness_path();   // SLURMDDP_CLUSTER_SCRIPT
 std::string probe_path();     // SLURMDDP_PROBE
 std::string source_dir();     // SLURMDDP_SOURCE_DIR
+std::string env_or_empty(const char* name);
 std::string jobs_dir();       // a directory every node sees, for job output
 std::string fresh_dir(const std::string& name);  // a new empty dir under jobs_dir()
 

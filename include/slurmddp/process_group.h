@@ -1,0 +1,64 @@
+// One call sets up data-parallel communication from the environment:
+//
+//   auto pg = slurmddp::init();            // identity, rendezvous, communicator
+//   pg->comm().allreduce(buf, n, slurmddp::DataType::kFloat32,
+//                        slurmddp::ReduceOp::kAvg)->wait(pg->timeout());
+//
+// init() reads the identity (identity.h), then
+//   - rendezvous: rank 0 hosts an authenticated TCP store on MASTER_PORT (all
+//     interfaces) and every rank connects to MASTER_ADDR:MASTER_PORT with the
+//     step's SLURMDDP_TOKEN; or, under srun --mpi=pmix, rank 0's store listens
+//     on a port the kernel picks and PMIx tells the others where (and which
+//     token): no MASTER_PORT at all (SLURMDDP_BOOTSTRAP=tcp|pmix|auto);
+//   - checks that every rank agrees on WORLD_SIZE (an error names both values)
+//     and waits for all ranks ("3/4 ranks joined; missing: [2]" on timeout);
+//   - creates the communicator: NCCL on the task's GPU when built with NCCL and
+//     a GPU is visible, else Gloo on the CPU.
+// Nothing blocks longer than the timeout: SLURMDDP_TIMEOUT (e.g. "300", "30s",
+// "500ms", "5m"; default 300 s) or InitOptions::timeout.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "slurmddp/communicator.h"
+#include "slurmddp/identity.h"
+#include "slurmddp/store.h"
+
+namespace slurmddp {
+
+enum class Backend { kAuto, kGloo, kNccl };
+enum class Bootstrap { kAuto, kTcp, kPmix };
+
+struct InitOptions {
+  Backend backend = Backend::kAuto;      // SLURMDDP_BACKEND=gloo|nccl overrides kAuto
+  Bootstrap bootstrap = Bootstrap::kAuto;  // auto: PMIx when PMIX_RANK is set, else TCP
+  std::optional<std::chrono::milliseconds> timeout;  // default: SLURMDDP_TIMEOUT or 300 s
+  std::optional<ProcessIdentity> identity;           // default: identity_from_environment()
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual const ProcessIdentity& identity() const = 0;
+  virtual Communicator& comm() = 0;
+  // The same communicator, shared (e.g. for GradSync, which keeps it alive).
+  virtual std::shared_ptr<Communicator> communicator() const = 0;
+  // The rendezvous store (also usable by the application).
+  virtual std::shared_ptr<Store> store() const = 0;
+  virtual Bootstrap bootstrap() const = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+  // Optional orderly end: a barrier so that rank 0 (which hosts the store)
+  // does not leave while others still use it. The destructor does not block
+  // on other ranks.
+  virtual void shutdown() = 0;
+};
+
+std::unique_ptr<ProcessGroup> init(const InitOptions& options = {});
+
+// Parses a duration such as "300", "30s", "500ms", "5m" (bare numbers are
+// seconds). Throws InvalidArgument naming `name` and the value.
+std::chrono::milliseconds parse_duration(const char* name, const std::string& value);
+
+}  // namespace slurmddp

@@ -1,0 +1,217 @@
+#include "slurmddp/process_group.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "common/log.h"
+#include "slurmddp/error.h"
+#include "slurmddp/tcp_store.h"
+#include "slurmddp_config.h"
+
+#if SLURMDDP_HAVE_GLOO
+#include "slurmddp/gloo_communicator.h"
+#endif
+#if SLURMDDP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#if SLURMDDP_HAVE_PMIX
+#include "group/pmix_rendezvous.h"
+#endif
+
+namespace slurmddp {
+
+namespace {
+
+const char* const kComponent = "init";
+constexpr std::chrono::milliseconds kDefaultTimeout{std::chrono::seconds(300)};
+
+std::optional<std::string> getenv_opt(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+Bytes to_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+std::string to_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+class Group : public ProcessGroup {
+ public:
+  Group(ProcessIdentity id, std::shared_ptr<Store> store, std::shared_ptr<Communicator> comm,
+        std::chrono::milliseconds timeout, Bootstrap bootstrap)
+      : id_(std::move(id)), store_(std::move(store)), comm_(std::move(comm)),
+        timeout_(timeout), bootstrap_(bootstrap) {}
+  ~Group() override {
+    comm_.reset();  // before the store (unless shared elsewhere): it may still use the store
+  }
+  const ProcessIdentity& identity() const override { return id_; }
+  Communicator& comm() override { return *comm_; }
+  std::shared_ptr<Communicator> communicator() const override { return comm_; }
+  std::shared_ptr<Store> store() const override { return store_; }
+  Bootstrap bootstrap() const override { return bootstrap_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+  void shutdown() override {
+    if (shut_down_) return;
+    shut_down_ = true;
+    comm_->barrier()->wait(timeout_);
+  }
+
+ private:
+  ProcessIdentity id_;
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<Communicator> comm_;
+  std::chrono::milliseconds timeout_;
+  Bootstrap bootstrap_;
+  bool shut_down_ = false;
+};
+
+// Every rank must agree on WORLD_SIZE: the first to arrive records its value,
+// the others compare.
+void check_world_size(Store& store, const ProcessIdentity& id) {
+  std::string mine = std::to_string(id.world_size);
+  Bytes seen = store.compare_set("slurmddp/init/world_size", Bytes{}, to_bytes(mine));
+  if (to_string(seen) != mine) {
+    throw InvalidArgument("init: failed to join the process group: WORLD_SIZE differs between "
+                          "ranks; rank " + std::to_string(id.rank) + " on " + host_name() +
+                          " has WORLD_SIZE=" + mine + ", another rank registered WORLD_SIZE=" +
+                          to_string(seen));
+  }
+}
+
+std::shared_ptr<Store> tcp_rendezvous(const ProcessIdentity& id, std::chrono::milliseconds timeout) {
+  TcpStoreOptions o;
+  o.host = id.master_addr;
+  o.port = id.master_port;
+  o.is_server = id.rank == 0;
+  o.token = id.token;
+  o.timeout = timeout;
+  if (id.token.empty()) {
+    SLURMDDP_LOG_DEBUG(kComponent, "no SLURMDDP_TOKEN: the rendezvous store on "
+                                       << id.master_addr << ":" << id.master_port
+                                       << " is open to anyone who can reach it");
+  }
+  return make_tcp_store(o);
+}
+
+// Whether this process can use a GPU at all: built with NCCL, and the CUDA
+// runtime sees a device (CUDA_VISIBLE_DEVICES alone proves nothing).
+bool gpu_usable() {
+#if SLURMDDP_HAVE_NCCL
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+#else
+  return false;
+#endif
+}
+
+Backend choose_backend(const InitOptions& options, const ProcessIdentity& id) {
+  Backend b = options.backend;
+  if (b == Backend::kAuto) {
+    if (auto v = getenv_opt("SLURMDDP_BACKEND")) {
+      if (*v == "gloo") {
+        b = Backend::kGloo;
+      } else if (*v == "nccl") {
+        b = Backend::kNccl;
+      } else if (*v != "auto" && !v->empty()) {
+        throw InvalidArgument("init: invalid SLURMDDP_BACKEND='" + *v +
+                              "': expected gloo, nccl or auto");
+      }
+    }
+  }
+  if (b == Backend::kAuto) b = (id.local_device && gpu_usable()) ? Backend::kNccl : Backend::kGloo;
+  return b;
+}
+
+std::unique_ptr<Communicator> make_communicator(Backend backend, const ProcessIdentity& id,
+                                                const std::shared_ptr<Store>& store,
+                                                std::chrono::milliseconds timeout) {
+  if (backend == Backend::kNccl) {
+    throw InvalidArgument("init: the NCCL backend is not available in this build");
+  }
+#if SLURMDDP_HAVE_GLOO
+  GlooOptions o;
+  o.rank = id.rank;
+  o.size = id.world_size;
+  o.store = store;
+  o.ifname = id.ifname;
+  o.timeout = timeout;
+  return make_gloo_communicator(o);
+#else
+  (void)id;
+  (void)store;
+  (void)timeout;
+  throw InvalidArgument("init: no communicator available: built without Gloo (meson -Dgloo=enabled)");
+#endif
+}
+
+}  // namespace
+
+std::chrono::milliseconds parse_duration(const char* name, const std::string& value) {
+  size_t i = 0;
+  while (i < value.size() && value[i] >= '0' && value[i] <= '9') ++i;
+  std::string digits = value.substr(0, i), unit = value.substr(i);
+  long long scale = unit.empty() || unit == "s" ? 1000 : unit == "ms" ? 1 : unit == "m" ? 60000 : 0;
+  if (digits.empty() || digits.size() > 9 || scale == 0) {
+    throw InvalidArgument(std::string("init: invalid ") + name + "='" + value +
+                          "': expected a duration such as 300, 30s, 500ms or 5m");
+  }
+  return std::chrono::milliseconds(std::stoll(digits) * scale);
+}
+
+std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
+  ProcessIdentity id = options.identity ? *options.identity : identity_from_environment();
+  log::set_rank(id.rank);
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+  if (options.timeout) {
+    timeout = *options.timeout;
+  } else if (auto v = getenv_opt("SLURMDDP_TIMEOUT")) {
+    timeout = parse_duration("SLURMDDP_TIMEOUT", *v);
+  }
+  Bootstrap bootstrap = options.bootstrap;
+  if (bootstrap == Bootstrap::kAuto) {
+    auto v = getenv_opt("SLURMDDP_BOOTSTRAP").value_or("auto");
+    if (v == "tcp") {
+      bootstrap = Bootstrap::kTcp;
+    } else if (v == "pmix") {
+      bootstrap = Bootstrap::kPmix;
+    } else if (v == "auto" || v.empty()) {
+      bootstrap =
+          (SLURMDDP_HAVE_PMIX && getenv_opt("PMIX_RANK")) ? Bootstrap::kPmix : Bootstrap::kTcp;
+    } else {
+      throw InvalidArgument("init: invalid SLURMDDP_BOOTSTRAP='" + v +
+                            "': expected tcp, pmix or auto");
+    }
+  }
+  Backend backend = choose_backend(options, id);
+  SLURMDDP_LOG_INFO(kComponent, id.describe() << " backend "
+                                              << (backend == Backend::kNccl ? "nccl" : "gloo")
+                                              << " bootstrap "
+                                              << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
+
+  std::shared_ptr<Store> store;
+  if (bootstrap == Bootstrap::kTcp) {
+    if (id.master_addr.empty()) {
+      throw InvalidArgument("init: failed to rendezvous: no MASTER_ADDR (identity source " +
+                            std::string(to_string(id.source)) + "); use the PMIx bootstrap");
+    }
+    store = tcp_rendezvous(id, timeout);
+  } else {
+#if SLURMDDP_HAVE_PMIX
+    store = pmix_rendezvous(id, timeout);  // Note [PMIx bootstrap]
+#else
+    throw InvalidArgument("init: the PMIx bootstrap is not available in this build");
+#endif
+  }
+  check_world_size(*store, id);
+  store_barrier(*store, "slurmddp/init/joined", id.rank, id.world_size, timeout);
+  auto comm = make_communicator(backend, id, store, timeout);
+  return std::make_unique<Group>(std::move(id), std::move(store), std::move(comm), timeout,
+                                 bootstrap);
+}
+
+}  // namespace slurmddp

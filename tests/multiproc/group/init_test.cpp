@@ -1,0 +1,144 @@
+// slurmddp::init() with ranks as separate processes on loopback, torchrun-style
+// environment: success, and every failure ends within the configured timeout
+// with an error that names what is wrong and who is missing.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <memory>
+
+#include "process.h"
+
+namespace slurmddp {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Process;
+using namespace std::chrono_literals;
+
+// A port nothing listens on right now (bound, read back, closed).
+uint16_t free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string probe() {
+  const char* p = std::getenv("SLURMDDP_RUNTIME_PROBE");
+  return p != nullptr ? p : "";
+}
+
+struct Rank {
+  Rank(int r, int w) : rank(r), world(w) {}
+  int rank;
+  int world;
+  std::string token = "0123456789abcdef0123456789abcdef";
+};
+
+std::unique_ptr<Process> start(const Rank& r, uint16_t port, const std::string& timeout = "3s") {
+  std::vector<std::string> argv{probe()};
+  return std::make_unique<Process>(
+      argv, std::map<std::string, std::string>{{"RANK", std::to_string(r.rank)},
+                                               {"WORLD_SIZE", std::to_string(r.world)},
+                                               {"LOCAL_RANK", std::to_string(r.rank)},
+                                               {"LOCAL_WORLD_SIZE", std::to_string(r.world)},
+                                               {"MASTER_ADDR", "127.0.0.1"},
+                                               {"MASTER_PORT", std::to_string(port)},
+                                               {"SLURMDDP_TOKEN", r.token},
+                                               {"SLURMDDP_TIMEOUT", timeout},
+                                               {"SLURMDDP_BACKEND", "gloo"},
+                                               {"GLOO_SOCKET_IFNAME", "lo"},
+                                               {"SLURMDDP_STEP", ""},
+                                               {"SLURM_JOB_ID", ""},
+                                               {"PMIX_RANK", ""}});
+}
+
+TEST(InitMultiproc, WorldSizesOneToFour) {
+  for (int world : {1, 2, 3, 4}) {
+    uint16_t port = free_port();
+    std::vector<std::unique_ptr<Process>> ranks;
+    for (int r = 0; r < world; ++r) ranks.push_back(start({r, world}, port));
+    for (int r = 0; r < world; ++r) {
+      auto line = ranks[r]->read_line(20s);
+      ASSERT_TRUE(line) << "rank " << r << ": " << ranks[r]->stderr_text();
+      EXPECT_THAT(*line, HasSubstr("runtime rank=" + std::to_string(r) + " world=" +
+                                   std::to_string(world)));
+      EXPECT_THAT(*line, HasSubstr("ok=1"));
+      EXPECT_EQ(ranks[r]->wait(20s), 0) << ranks[r]->stderr_text();
+    }
+  }
+}
+
+TEST(InitMultiproc, MissingRankIsNamedWithinTheTimeout) {
+  uint16_t port = free_port();
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r : {0, 1, 3}) ranks.push_back(start({r, 4}, port, "3s"));
+  for (auto& p : ranks) {
+    auto code = p->wait(15s);
+    ASSERT_TRUE(code.has_value()) << "hung";
+    EXPECT_NE(*code, 0);
+    EXPECT_THAT(p->stderr_text(), HasSubstr("3/4 ranks joined; missing: [2]"));
+    EXPECT_LT(p->ran(), 10s);
+  }
+}
+
+TEST(InitMultiproc, WorldSizeDisagreementNamesBothValues) {
+  uint16_t port = free_port();
+  auto r0 = start({0, 2}, port);
+  auto r1 = start({1, 3}, port);
+  auto c1 = r1->wait(15s);
+  ASSERT_TRUE(c1.has_value());
+  EXPECT_NE(*c1, 0);
+  std::string err = r1->stderr_text();
+  EXPECT_THAT(err, HasSubstr("WORLD_SIZE differs between ranks"));
+  EXPECT_THAT(err, HasSubstr("has WORLD_SIZE=3, another rank registered WORLD_SIZE=2"));
+  auto c0 = r0->wait(15s);
+  ASSERT_TRUE(c0.has_value()) << "rank 0 hung";
+  EXPECT_NE(*c0, 0);
+}
+
+TEST(InitMultiproc, WrongTokenIsRefusedAndSaysWhy) {
+  uint16_t port = free_port();
+  auto r0 = start({0, 2}, port);
+  Rank bad{1, 2};
+  bad.token = "ffffffffffffffffffffffffffffffff";
+  auto r1 = start(bad, port);
+  auto c1 = r1->wait(15s);
+  ASSERT_TRUE(c1.has_value());
+  EXPECT_NE(*c1, 0);
+  EXPECT_THAT(r1->stderr_text(), HasSubstr("auth"));
+  EXPECT_THAT(r1->stderr_text(), ::testing::Not(HasSubstr("ffffffffffffffffffffffffffffffff")));
+  auto c0 = r0->wait(15s);
+  ASSERT_TRUE(c0.has_value()) << "rank 0 hung";
+  EXPECT_THAT(r0->stderr_text(), HasSubstr("1/2 ranks joined; missing: [1]"));
+}
+
+TEST(InitMultiproc, UnreachableStoreNamesHostAndPort) {
+  uint16_t port = free_port();
+  auto r1 = start({1, 2}, port, "2s");  // rank 0 never starts: nothing listens
+  auto c1 = r1->wait(15s);
+  ASSERT_TRUE(c1.has_value()) << "hung";
+  EXPECT_NE(*c1, 0);
+  EXPECT_THAT(r1->stderr_text(), HasSubstr("127.0.0.1:" + std::to_string(port)));
+  EXPECT_LT(r1->ran(), 8s);
+}
+
+TEST(InitMultiproc, BadTimeoutVariableIsNamed) {
+  uint16_t port = free_port();
+  auto r0 = start({0, 1}, port, "soon");
+  auto c = r0->wait(15s);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_NE(*c, 0);
+  EXPECT_THAT(r0->stderr_text(), HasSubstr("invalid SLURMDDP_TIMEOUT='soon'"));
+}
+
+}  // namespace
+}  // namespace slurmddp

@@ -1,0 +1,147 @@
+// Fault injection on the real test cluster: a dead, frozen or cut-off rank
+// makes the others fail with an error naming it within the configured timeout
+// (SLURMDDP_TIMEOUT=5s here), the step ends, and nothing is left behind.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "cluster.h"
+#include "process.h"
+
+namespace slurmddp::systest {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+constexpr auto kTimeout = 5s;  // SLURMDDP_TIMEOUT of the steps below
+
+std::string probe() { return env_or_empty("SLURMDDP_RUNTIME_PROBE"); }
+
+// Starts srun in the background with its output streamed.
+std::unique_ptr<slurmddp::testing::Process> start_srun(const std::string& args) {
+  std::string cmd = "cd '" + jobs_dir() + "' && exec srun " + args;
+  return std::make_unique<slurmddp::testing::Process>(
+      std::vector<std::string>{"/bin/bash", "-c", cmd},
+      std::map<std::string, std::string>{{"SLURMDDP_TIMEOUT", "5s"}});
+}
+
+// Reads lines until `want` lines matching `prefix` were seen (or the deadline).
+int wait_for_lines(slurmddp::testing::Process& p, const std::string& prefix, int want,
+                   std::chrono::seconds within) {
+  auto deadline = std::chrono::steady_clock::now() + within;
+  int seen = 0;
+  while (seen < want && std::chrono::steady_clock::now() < deadline) {
+    auto line = p.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now()));
+    if (!line) break;
+    seen += line->rfind(prefix, 0) == 0;
+  }
+  return seen;
+}
+
+// Nothing of a finished step may survive: no job, no probe process anywhere.
+void expect_nothing_left() {
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  Result q;
+  while (std::chrono::steady_clock::now() < deadline) {
+    q = run("squeue -h; pgrep -x runtime_probe || true");
+    if (q.out.empty()) break;
+    std::this_thread::sleep_for(100ms);  // polling Slurm's cleanup
+  }
+  EXPECT_EQ(q.out, "") << "left behind";
+}
+
+// Counts the "runtime_probe: ..." error lines that name `what`.
+int errors_naming(const std::string& err, const std::string& what) {
+  int n = 0;
+  std::istringstream in(err);
+  std::string line;
+  while (std::getline(in, line)) {
+    n += line.find("runtime_probe: ") != std::string::npos && line.find(what) != std::string::npos;
+  }
+  return n;
+}
+
+TEST(FaultSystem, KilledRankIsNamedByEveryOtherRankWithinTheTimeout) {
+  REQUIRE_CLUSTER();
+  // -K0: Slurm must not kill the survivors; they have to notice by themselves.
+  auto srun = start_srun("-K0 -N 2 -n 4 " + probe() +
+                         " --steps 100000 --fault kill --fault-rank 2 --fault-step 20");
+  auto t0 = std::chrono::steady_clock::now();
+  auto code = srun->wait(60s);
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(code.has_value()) << "srun hung";
+  EXPECT_NE(*code, 0);
+  std::string err = srun->stderr_text();
+  EXPECT_EQ(errors_naming(err, "rank 2"), 3) << err;
+  EXPECT_LT(took, kTimeout + 15s);
+  expect_nothing_left();
+}
+
+TEST(FaultSystem, FrozenRankGivesATimeoutNamingIt) {
+  REQUIRE_CLUSTER();
+  auto srun = start_srun("-N 2 -n 4 " + probe() +
+                         " --steps 100000 --fault stop --fault-rank 1 --fault-step 20");
+  auto code = srun->wait(60s);
+  ASSERT_TRUE(code.has_value()) << "srun hung";
+  EXPECT_NE(*code, 0);
+  std::string err = srun->stderr_text();
+  EXPECT_GE(errors_naming(err, "rank 1"), 1) << err;
+  EXPECT_THAT(err, ::testing::ContainsRegex("[Tt]ime"));
+  expect_nothing_left();
+}
+
+TEST(FaultSystem, StoreHostKilledClientsNameHostAndPort) {
+  REQUIRE_CLUSTER();
+  auto srun = start_srun("-K0 -N 2 -n 4 " + probe() +
+                         " --steps 100 --fault kill-in-store --fault-rank 0 --fault-step 5");
+  auto code = srun->wait(60s);
+  ASSERT_TRUE(code.has_value()) << "srun hung";
+  EXPECT_NE(*code, 0);
+  std::string err = srun->stderr_text();
+  // MASTER_ADDR:MASTER_PORT of the step, e.g. 10.77.0.11:20001
+  std::regex endpoint("runtime_probe: .*10\\.77\\.0\\.11:[0-9]+");
+  int named = 0;
+  std::istringstream in(err);
+  std::string line;
+  while (std::getline(in, line)) named += std::regex_search(line, endpoint);
+  EXPECT_EQ(named, 3) << err;
+  expect_nothing_left();
+}
+
+TEST(FaultSystem, NodeCutOffDuringCollectivesFailsWithoutHanging) {
+  REQUIRE_CLUSTER();
+  // -K0: n1's ranks must notice by themselves (Slurm would otherwise kill them).
+  auto srun = start_srun("-K0 -N 2 -n 4 --ntasks-per-node=2 " + probe() + " --steps 100000000");
+  ASSERT_EQ(wait_for_lines(*srun, "runtime rank=", 4, 60s), 4) << srun->stderr_text();
+  ASSERT_EQ(run("ip -n sddp-n2 link set eth0 down").rc, 0);
+  auto cut = std::chrono::steady_clock::now();
+  // n1's ranks must fail by themselves within the timeout (plus a margin).
+  auto deadline = cut + kTimeout + 20s;
+  int failed = 0;
+  while (failed < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(200ms);  // polling the stderr file
+    failed = errors_naming(srun->stderr_text(), "rank");
+  }
+  auto took = std::chrono::steady_clock::now() - cut;
+  ASSERT_EQ(run("ip -n sddp-n2 link set eth0 up").rc, 0);
+  EXPECT_GE(failed, 2) << srun->stderr_text();
+  EXPECT_LT(took, kTimeout + 20s);
+  auto code = srun->wait(90s);
+  ASSERT_TRUE(code.has_value()) << "srun hung after the link came back";
+  EXPECT_NE(*code, 0);
+  expect_nothing_left();
+}
+
+}  // namespace
+}  // namespace slurmddp::systest
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new slurmddp::systest::ClusterEnvironment);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,110 @@
+// runtime_probe: slurmddp::init() from the environment the step provides, then
+// collectives with closed-form results. Prints one line per rank:
+//   runtime rank=R world=W local=L/LW node=N source=S bootstrap=B backend=K ok=1
+// and exits 1 (with the reason on stderr) when a result is wrong.
+//   runtime_probe [--expect-world N] [--steps N]
+//                 [--fault kill|stop|kill-in-store --fault-rank R --fault-step S]
+// --steps runs N more allreduces after the checks (a training loop; each rank
+// prints "runtime rank=R training" when it starts it). --fault makes rank R
+// SIGKILL or SIGSTOP itself before step S, for fault injection; with
+// kill-in-store every rank enters a store barrier at step S and rank R dies
+// just before it (the others then wait on the store it hosted, if R is 0).
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "slurmddp/error.h"
+#include "slurmddp/process_group.h"
+
+int main(int argc, char** argv) {
+  int expect_world = -1, steps = 0, fault_rank = -1, fault_step = -1;
+  std::string fault;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--expect-world") {
+      expect_world = std::atoi(v.c_str());
+    } else if (k == "--steps") {
+      steps = std::atoi(v.c_str());
+    } else if (k == "--fault") {
+      fault = v;
+    } else if (k == "--fault-rank") {
+      fault_rank = std::atoi(v.c_str());
+    } else if (k == "--fault-step") {
+      fault_step = std::atoi(v.c_str());
+    } else {
+      std::fprintf(stderr, "runtime_probe: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  try {
+    auto pg = slurmddp::init();
+    const auto& id = pg->identity();
+    if (expect_world > 0 && id.world_size != expect_world) {
+      std::fprintf(stderr,
+                   "runtime_probe: failed to start: this program needs WORLD_SIZE=%d but the step "
+                   "has WORLD_SIZE=%d (rank %d)\n",
+                   expect_world, id.world_size, id.rank);
+      return 2;
+    }
+    auto& comm = pg->comm();
+    const int n = 1000, w = id.world_size;
+    std::vector<float> f(n);
+    std::vector<int64_t> m(n);
+    for (int i = 0; i < n; ++i) {
+      f[i] = static_cast<float>((id.rank + 1) * (i % 7 + 1));
+      m[i] = static_cast<int64_t>(id.rank) * 1000 + i;
+    }
+    comm.allreduce(f.data(), n, slurmddp::DataType::kFloat32, slurmddp::ReduceOp::kSum)
+        ->wait(pg->timeout());
+    comm.allreduce(m.data(), n, slurmddp::DataType::kInt64, slurmddp::ReduceOp::kMax)
+        ->wait(pg->timeout());
+    int bad = 0;
+    for (int i = 0; i < n; ++i) {
+      bad += f[i] != static_cast<float>(w * (w + 1) / 2 * (i % 7 + 1));
+      bad += m[i] != static_cast<int64_t>(w - 1) * 1000 + i;
+    }
+    if (bad != 0) {
+      std::fprintf(stderr, "runtime_probe: rank %d: %d wrong elements\n", id.rank, bad);
+      return 1;
+    }
+    std::vector<float> grads(1 << 16);
+    if (steps > 0) {
+      std::printf("runtime rank=%d training\n", id.rank);
+      std::fflush(stdout);
+    }
+    for (int step = 0; step < steps; ++step) {
+      if (id.rank == fault_rank && step == fault_step) {
+        std::printf("runtime rank=%d fault=%s step=%d\n", id.rank, fault.c_str(), step);
+        std::fflush(stdout);
+        raise(fault == "stop" ? SIGSTOP : SIGKILL);
+      }
+      if (fault == "kill-in-store" && step == fault_step) {
+        slurmddp::store_barrier(*pg->store(), "probe/step", id.rank, w, pg->timeout());
+      }
+      for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(id.rank + step);
+      comm.allreduce(grads.data(), grads.size(), slurmddp::DataType::kFloat32,
+                     slurmddp::ReduceOp::kAvg)
+          ->wait(pg->timeout());
+      const float want = static_cast<float>(w - 1) / 2.0f + static_cast<float>(step);
+      if (grads[0] != want || grads.back() != want) {
+        std::fprintf(stderr, "runtime_probe: rank %d step %d: got %g, want %g\n", id.rank, step,
+                     static_cast<double>(grads[0]), static_cast<double>(want));
+        return 1;
+      }
+    }
+    std::printf("runtime rank=%d world=%d local=%d/%d node=%d source=%s bootstrap=%s backend=%s ok=1\n",
+                id.rank, w, id.local_rank, id.local_world_size, id.node_rank,
+                slurmddp::to_string(id.source), pg->bootstrap() == slurmddp::Bootstrap::kPmix ? "pmix" : "tcp", comm.backend());
+    std::fflush(stdout);
+    pg->shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "runtime_probe: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,77 @@
+// System tests of the runtime on the real test cluster: slurmddp::init() from
+// the plugin's environment (TCP store), under srun --mpi=pmix (no port), and
+// without the plugin (bare Slurm variables).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "cluster.h"
+
+namespace slurmddp::systest {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string runtime_probe() { return env_or_empty("SLURMDDP_RUNTIME_PROBE"); }
+
+std::vector<Fields> run_probe(const std::string& srun_args, int expect_ranks,
+                              const std::string& env = "") {
+  Result r = run(env + "srun " + srun_args + " " + runtime_probe(), std::chrono::seconds(120));
+  EXPECT_EQ(r.rc, 0) << srun_args << "\n" << r.out << r.err;
+  auto lines = parse_lines(r.out, "runtime ");
+  EXPECT_EQ(static_cast<int>(lines.size()), expect_ranks) << r.out << r.err;
+  std::set<std::string> ranks;
+  for (const auto& l : lines) {
+    EXPECT_EQ(l.at("ok"), "1");
+    ranks.insert(l.at("rank"));
+  }
+  EXPECT_EQ(static_cast<int>(ranks.size()), expect_ranks);
+  return lines;
+}
+
+TEST(RuntimeSystem, InitFromThePluginsEnvironment) {
+  REQUIRE_CLUSTER();
+  auto lines = run_probe("-n 8 --ntasks-per-node=4", 8);
+  for (const auto& l : lines) {
+    EXPECT_EQ(l.at("source"), "plugin");
+    EXPECT_EQ(l.at("bootstrap"), "tcp");
+    EXPECT_EQ(l.at("backend"), "gloo");
+    EXPECT_EQ(l.at("world"), "8");
+    EXPECT_EQ(l.at("local").substr(l.at("local").find('/')), "/4");
+  }
+}
+
+TEST(RuntimeSystem, InitUnderPmixUsesNoPort) {
+  REQUIRE_CLUSTER();
+  auto lines = run_probe("--mpi=pmix -n 8 --ntasks-per-node=4", 8);
+  for (const auto& l : lines) {
+    EXPECT_EQ(l.at("bootstrap"), "pmix");
+    EXPECT_EQ(l.at("world"), "8");
+  }
+}
+
+TEST(RuntimeSystem, InitWithoutThePluginFromBareSlurmVariables) {
+  REQUIRE_CLUSTER();
+  auto lines = run_probe("--no-ddp -N 2 -n 5", 5);
+  for (const auto& l : lines) {
+    EXPECT_EQ(l.at("source"), "slurm");
+    EXPECT_EQ(l.at("world"), "5");
+  }
+}
+
+TEST(RuntimeSystem, WrongTaskCountForAFixedWorldSizeIsAClearError) {
+  REQUIRE_CLUSTER();
+  Result r = run("srun -N 2 -n 3 " + runtime_probe() + " --expect-world 4", std::chrono::seconds(120));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("needs WORLD_SIZE=4 but the step has WORLD_SIZE=3"));
+}
+
+}  // namespace
+}  // namespace slurmddp::systest
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new slurmddp::systest::ClusterEnvironment);
+  return RUN_ALL_TESTS();
+}
