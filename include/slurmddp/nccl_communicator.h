@@ -104,7 +104,7 @@ struct NcclOptions {
   std::string prefix = "slurmddp/nccl";
 
   // Bounds creation, every operation (counted from the call that issued it)
-  // and the blocking helpers.
+  // and the blocking helpers. Values above ten years count as ten years.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 
   // The stream whose queued work each operation waits for (see above);

@@ -54,6 +54,12 @@ milliseconds watchdog_period(milliseconds timeout) {
 
 std::string ms_text(milliseconds m) { return std::to_string(m.count()) + " ms"; }
 
+// Deadlines are computed as now + timeout in nanoseconds: longer timeouts
+// (e.g. milliseconds::max() for "forever") count as ten years.
+milliseconds bounded(milliseconds timeout) {
+  return std::min(timeout, milliseconds(std::chrono::hours(24 * 3650)));
+}
+
 class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
   NcclCommunicatorImpl(const NcclOptions& options, int device, std::string device_source);
@@ -130,7 +136,7 @@ NcclCommunicatorImpl::NcclCommunicatorImpl(const NcclOptions& options, int devic
     : rank_(options.rank),
       size_(options.size),
       device_(device),
-      timeout_(options.timeout),
+      timeout_(bounded(options.timeout)),
       where_(where_text(options.rank, options.size, device)),
       state_(std::make_shared<NcclState>(where_)),
       order_after_compute_(options.order_after_compute_stream),
@@ -250,7 +256,7 @@ void NcclCommunicatorImpl::drain_in_flight(Clock::time_point deadline) {
     if (Clock::now() >= deadline) {
       state_->fail(std::make_exception_ptr(TimeoutError(
                        "nccl: failed to destroy the communicator: " +
-                       op_text(pending->what(), pending->seq()) + " still in flight after " +
+                       pending->what() + " still in flight after " +
                        ms_text(timeout_) + "; the communicator is aborted; " + where_)),
                    /*nccl_locked=*/false);
       return;
@@ -331,14 +337,14 @@ void NcclCommunicatorImpl::watchdog_main() {
       if (pending && Clock::now() - pending->issued() > timeout_) {
         state_->fail(
             std::make_exception_ptr(TimeoutError(
-                "nccl: failed to complete " + op_text(pending->what(), pending->seq()) +
+                "nccl: failed to complete " + pending->what() +
                 ": not finished " + ms_text(timeout_) +
                 " after it was issued (a peer rank may have died, stalled or issued another "
                 "collective); the watchdog aborted the communicator; " + where_ +
                 ", timeout_ms=" + std::to_string(timeout_.count()))),
             /*nccl_locked=*/false);
       } else {
-        state_->poll_async_error(pending ? op_text(pending->what(), pending->seq())
+        state_->poll_async_error(pending ? pending->what()
                                          : std::string("no operation (idle)"));
       }
     }
@@ -461,7 +467,7 @@ WorkHandle NcclCommunicatorImpl::issue(const std::string& what, size_t count,
   cudaEvent_t end = nullptr;
   cudaError_t e = cudaEventCreateWithFlags(&end, cudaEventDisableTiming);
   if (e != cudaSuccess) fail_cuda("cudaEventCreateWithFlags", e);
-  auto work = std::make_shared<NcclWork>(what, seq, state_, end, issued);
+  auto work = std::make_shared<NcclWork>(described, seq, state_, end, issued);
 
   if (order_after_compute_) {
     // Note [Stream order]: the collective reads what earlier kernels on the

@@ -623,14 +623,15 @@ TEST(MultiFailures, WorkWaitTimeoutAbortsAndBreaks) {
 
 TEST(MultiFailures, WatchdogAbortsAnOperationPastTheTimeout) {
   SKIP_WITHOUT_MULTI_RANK();
-  const Launch l = run_ranks("watchdog", 2, milliseconds(3000), std::chrono::seconds(90));
+  // 6 s: long enough for NCCL's init over loopback, short for the suite.
+  const Launch l = run_ranks("watchdog", 2, milliseconds(6000), std::chrono::seconds(90));
   ASSERT_TRUE(l.exit_codes[0] && *l.exit_codes[0] == 0) << describe(l);
 }
 
 TEST(MultiFailures, KilledPeerEndsInAnErrorWithinTheTimeout) {
   SKIP_WITHOUT_MULTI_RANK();
   const Launch l = run_ranks(
-      "peer_killed", 2, milliseconds(3000), std::chrono::seconds(90),
+      "peer_killed", 2, milliseconds(6000), std::chrono::seconds(90),
       [](Store& store, const std::vector<pid_t>& pids) {
         try {
           store.wait({"test/ready/1"}, std::chrono::seconds(60));
