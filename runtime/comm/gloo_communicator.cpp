@@ -299,6 +299,21 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o)
   if (o.prefix.empty()) {
     throw InvalidArgument("gloo: failed to create a communicator: prefix is empty; " + keys);
   }
+  // A Work::wait timeout is diagnosed like a failure seen by the worker: this
+  // rank writes its note, then names the ranks without one (Note [Failure notes]).
+  state_->set_timeout_diagnoser(
+      [ctx = diagnosis_context()](const std::string& what, const std::exception_ptr& plain) {
+        comm::Observation own;
+        own.kind = comm::Observation::Kind::kAborted;
+        try {
+          std::rethrow_exception(plain);
+        } catch (const std::exception& e) {
+          own.detail = e.what();
+        }
+        if (ctx.size <= 1) return plain;
+        comm::write_note(ctx, own, what);
+        return comm::conclude(ctx, own, what);
+      });
   ScopedSigpipeBlock no_sigpipe;  // Note [SIGPIPE]
   if (size_ > 1) {
     if (!store_) {

@@ -36,7 +36,12 @@ void GlooWork::wait(std::chrono::milliseconds timeout) {
       "gloo: failed to wait for " + what_ + ": not completed after " +
       std::to_string(timeout.count()) + " ms; the communicator is now broken; rank=" +
       std::to_string(rank_) + ", timeout_ms=" + std::to_string(timeout.count())));
-  error_ = state_->break_with(std::move(timed_out));
+  lock.unlock();  // the diagnosis talks to the store for up to the grace period
+  std::exception_ptr reported =
+      state_->error() ? state_->error() : state_->diagnose_timeout(what_, timed_out);
+  reported = state_->break_with(std::move(reported));
+  lock.lock();
+  if (!error_) error_ = reported;
   std::rethrow_exception(error_);
 }
 

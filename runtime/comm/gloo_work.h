@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,9 +22,21 @@ class BreakState {
   // The error in force, or null while the communicator works.
   std::exception_ptr error() const;
 
+  // Turns a Work::wait timeout of operation `what` into the error to report
+  // (Note [Failure notes]: it names the ranks that did not report). Set once by
+  // the communicator before any operation; it must not refer to the
+  // communicator itself (a handle may outlive it).
+  using TimeoutDiagnoser =
+      std::function<std::exception_ptr(const std::string& what, const std::exception_ptr& plain)>;
+  void set_timeout_diagnoser(TimeoutDiagnoser d) { diagnose_timeout_ = std::move(d); }
+  std::exception_ptr diagnose_timeout(const std::string& what, const std::exception_ptr& plain) const {
+    return diagnose_timeout_ ? diagnose_timeout_(what, plain) : plain;
+  }
+
  private:
   mutable std::mutex m_;
   std::exception_ptr error_;
+  TimeoutDiagnoser diagnose_timeout_;
 };
 
 class GlooWork final : public Work {
@@ -32,8 +45,9 @@ class GlooWork final : public Work {
   GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state);
 
   // See Work::wait. A timeout breaks the communicator with a TimeoutError
-  // (unless it is already broken: then that error) and every later wait on
-  // this handle rethrows it.
+  // naming the ranks that did not report (after the diagnosis grace period),
+  // unless it is already broken: then that error. Every later wait on this
+  // handle rethrows it.
   void wait(std::chrono::milliseconds timeout) override;
   // True once the backend finished with the buffers (after success or failure).
   bool is_completed() override;

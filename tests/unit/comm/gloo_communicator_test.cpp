@@ -394,9 +394,13 @@ TEST(GlooCommunicator, WaitTimeoutBreaksTheCommunicator) {
         }
       },
       5s);
-  EXPECT_EQ(first.rfind("gloo: failed to wait for allreduce 1 float32 (sum), op #1: ", 0), 0u)
+  // The wait's own timeout is diagnosed like any failure: it names the rank
+  // that did not report (Note [Failure notes]) and keeps the wait's details.
+  EXPECT_EQ(first.rfind("gloo: failed to allreduce 1 float32 (sum), op #1: no response from rank 1", 0), 0u)
       << first;
+  EXPECT_NE(first.find("not completed after 100 ms"), std::string::npos) << first;
   EXPECT_NE(first.find("rank=0, timeout_ms=100"), std::string::npos) << first;
+  EXPECT_NE(first.find("missing=[1]"), std::string::npos) << first;
   EXPECT_EQ(again, first);
   EXPECT_TRUE(later_is_timeout);
   EXPECT_EQ(later, first);
