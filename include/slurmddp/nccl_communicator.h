@@ -23,7 +23,8 @@
 //    when `timeout` passes first, the half-made communicator is aborted
 //    (ncclCommAbort) and TimeoutError says which rank gave up and how many
 //    ranks the store saw join, e.g. "3/4 ranks joined; missing: [2]".
-//    NCCL failures throw NcclError with NCCL's own last error text.
+//    NCCL failures throw NcclError with NCCL's own last error text (PeerError
+//    when NCCL blames a remote rank or the network).
 //
 // Operations (see communicator.h for the collective semantics):
 //  - Buffers must be device (or managed) memory of this communicator's device;
@@ -50,7 +51,9 @@
 //    the operation, its sequence number, the rank and the timeout; PeerError
 //    for a remote or network failure; NcclError otherwise). Work::wait with a
 //    shorter timeout does the same when it expires. Nothing blocks longer than
-//    `timeout` (plus the watchdog's period).
+//    `timeout` plus the watchdog's period (at most 100 ms) and the time
+//    ncclCommAbort takes. Issuing blocks only while NCCL queues the operation
+//    (on first use it may connect to peers), at most `timeout`.
 //  - Thread safety: any thread may issue operations and wait on Works;
 //    operations issued concurrently from several threads run in the order the
 //    communicator received them, which must be the same on every rank.
