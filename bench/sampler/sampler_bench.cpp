@@ -76,13 +76,13 @@ Result failure(const std::string& error) {
 }
 
 double cpu_seconds() {
-  timespec t;
+  timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
 long peak_rss_kib() {
-  rusage u;
+  rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return u.ru_maxrss;
 }
@@ -90,7 +90,8 @@ long peak_rss_kib() {
 // --child MODE N REPLICAS RANK EPOCH: one measurement, one line on stdout.
 int child_main(const std::string& mode, int64_t n, int64_t replicas, int64_t rank, int64_t epoch) {
   slurmddp::SamplerOptions options;
-  options.mode = mode == "parity" ? slurmddp::SamplerMode::kTorch : slurmddp::SamplerMode::kScalable;
+  options.mode =
+      mode == "parity" ? slurmddp::SamplerMode::kTorch : slurmddp::SamplerMode::kScalable;
   options.seed = 0;
   options.epoch = epoch;
   constexpr int64_t kChunk = 1 << 16;
@@ -126,7 +127,9 @@ Result parse_child_line(const std::string& text) {
   std::map<std::string, std::string> fields;
   while (in >> kv) {
     const auto eq = kv.find('=');
-    if (eq != std::string::npos) fields[kv.substr(0, eq)] = kv.substr(eq + 1);
+    if (eq != std::string::npos) {
+      fields[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
   }
   for (const char* key : {"wall_s", "cpu_s", "count", "base_kib", "peak_kib", "checksum"}) {
     if (fields.count(key) == 0) {
@@ -148,15 +151,22 @@ Result parse_child_line(const std::string& text) {
 // Runs argv in a fresh process and parses its one-line report.
 Result run_child(const std::vector<std::string>& argv) {
   int out[2];
-  if (pipe(out) != 0) return failure(std::string("pipe: ") + std::strerror(errno));
+  if (pipe(out) != 0) {
+    return failure(std::string("pipe: ") + std::strerror(errno));
+  }
   const pid_t pid = fork();
-  if (pid < 0) return failure(std::string("fork: ") + std::strerror(errno));
+  if (pid < 0) {
+    return failure(std::string("fork: ") + std::strerror(errno));
+  }
   if (pid == 0) {
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     close(out[1]);
     std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.reserve(argv.size() + 1);
+    for (const std::string& a : argv) {
+      args.push_back(const_cast<char*>(a.c_str()));
+    }
     args.push_back(nullptr);
     execvp(args[0], args.data());
     std::fprintf(stderr, "sampler_bench: failed to run %s: %s\n", args[0], std::strerror(errno));
@@ -166,13 +176,17 @@ Result run_child(const std::vector<std::string>& argv) {
   std::string text;
   char buf[4096];
   ssize_t got;
-  while ((got = read(out[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(got));
+  while ((got = read(out[0], buf, sizeof buf)) > 0) {
+    text.append(buf, static_cast<size_t>(got));
+  }
   close(out[0]);
   int status = 0;
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::string command;
-    for (const std::string& a : argv) command += a + " ";
+    for (const std::string& a : argv) {
+      command += a + " ";
+    }
     return failure("`" + command + "` failed (wait status " + std::to_string(status) + ")");
   }
   return parse_child_line(text);
@@ -190,7 +204,9 @@ int64_t parse_count(const std::string& s) {
   if (caret != std::string::npos) {
     int64_t v = 1;
     const int64_t base = std::stoll(s.substr(0, caret));
-    for (int64_t e = std::stoll(s.substr(caret + 1)); e > 0; --e) v *= base;
+    for (int64_t e = std::stoll(s.substr(caret + 1)); e > 0; --e) {
+      v *= base;
+    }
     return v;
   }
   return static_cast<int64_t>(std::stod(s));
@@ -201,7 +217,9 @@ std::vector<int64_t> parse_list(const std::string& s) {
   std::stringstream in(s);
   std::string item;
   while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(parse_count(item));
+    if (!item.empty()) {
+      out.push_back(parse_count(item));
+    }
   }
   return out;
 }
@@ -212,7 +230,9 @@ double mem_available_bytes() {
   double kib = 0;
   std::string unit;
   while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024.0;
+    if (key == "MemAvailable:") {
+      return kib * 1024.0;
+    }
   }
   return 0;
 }
@@ -221,7 +241,9 @@ std::string first_line(const char* path, const char* prefix) {
   std::ifstream f(path);
   std::string line;
   while (std::getline(f, line)) {
-    if (line.rfind(prefix, 0) == 0) return line.substr(line.find(':') + 1);
+    if (line.rfind(prefix, 0) == 0) {
+      return line.substr(line.find(':') + 1);
+    }
   }
   return "?";
 }
@@ -298,11 +320,12 @@ int main(int argc, char** argv) {
   std::printf("# replicas=%" PRId64 " rank=%" PRId64 " epoch=%" PRId64
               " seed=0 shuffle=1 drop_last=0 reps=%d (medians; min/max of wall time)\n",
               cfg.replicas, cfg.rank, cfg.epoch, cfg.reps);
-  std::printf("# each measurement in a fresh process; peak = getrusage ru_maxrss after the epoch, "
-              "added = peak - ru_maxrss before it\n");
+  std::printf(
+      "# each measurement in a fresh process; peak = getrusage ru_maxrss after the epoch, "
+      "added = peak - ru_maxrss before it\n");
   std::printf("# %-8s %12s %4s %4s %11s %4s %9s %9s %9s %9s %9s %9s %9s %8s %6s\n", "impl", "n",
-              "R", "rank", "indices", "reps", "wall_s", "wall_min", "wall_max", "cpu_s",
-              "Mindex/s", "peak_MiB", "added_MiB", "x_torch", "#wrong");
+              "R", "rank", "indices", "reps", "wall_s", "wall_min", "wall_max", "cpu_s", "Mindex/s",
+              "peak_MiB", "added_MiB", "x_torch", "#wrong");
   std::fflush(stdout);
 
   std::vector<int64_t> all_sizes = cfg.sizes;
@@ -332,7 +355,8 @@ int main(int argc, char** argv) {
       } else {
         char buf[200];
         std::snprintf(buf, sizeof buf,
-                      "torch n=%" PRId64 " not run: needs ~%.0f GiB (%.0f bytes/sample), %.1f GiB available",
+                      "torch n=%" PRId64
+                      " not run: needs ~%.0f GiB (%.0f bytes/sample), %.1f GiB available",
                       n, need / (1 << 30), kTorchBytesPerSample, available / (1 << 30));
         notes.push_back(buf);
         std::printf("# %s\n", buf);
@@ -353,18 +377,24 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "sampler_bench: %s\n", r.error.c_str());
           return 1;
         }
-        if (row.impl == "torch") torch_version = r.version;
+        if (row.impl == "torch") {
+          torch_version = r.version;
+        }
         row.results.push_back(r);
       }
     }
     const Row* torch_row = nullptr;
     for (const Row& row : rows) {
-      if (row.impl == "torch") torch_row = &row;
+      if (row.impl == "torch") {
+        torch_row = &row;
+      }
     }
     double torch_wall = 0;
     if (torch_row != nullptr) {
       std::vector<double> w;
-      for (const Result& r : torch_row->results) w.push_back(r.wall_s);
+      for (const Result& r : torch_row->results) {
+        w.push_back(r.wall_s);
+      }
       torch_wall = median(w);
     }
     for (const Row& row : rows) {
@@ -380,18 +410,25 @@ int main(int argc, char** argv) {
       if (row.impl == "parity" && torch_row != nullptr) {
         int bad = 0;
         for (const Result& r : row.results) {
-          bad += (r.checksum != torch_row->results[0].checksum || r.count != torch_row->results[0].count) ? 1 : 0;
+          bad += (r.checksum != torch_row->results[0].checksum ||
+                  r.count != torch_row->results[0].count)
+                     ? 1
+                     : 0;
         }
         wrong = std::to_string(bad);
         wrong_total += bad;
       } else if (row.results.size() > 1) {
         int bad = 0;
-        for (const Result& r : row.results) bad += r.checksum != row.results[0].checksum ? 1 : 0;
+        for (const Result& r : row.results) {
+          bad += r.checksum != row.results[0].checksum ? 1 : 0;
+        }
         wrong = std::to_string(bad);
         wrong_total += bad;
       }
       char x_torch[32] = "-";
-      if (torch_row != nullptr) std::snprintf(x_torch, sizeof x_torch, "%.1f", torch_wall / wall_med);
+      if (torch_row != nullptr) {
+        std::snprintf(x_torch, sizeof x_torch, "%.1f", torch_wall / wall_med);
+      }
       const int64_t count = row.results[0].count;
       std::printf("  %-8s %12" PRId64 " %4" PRId64 " %4" PRId64 " %11" PRId64
                   " %4zu %9.4f %9.4f %9.4f %9.4f %9.2f %9.1f %9.1f %8s %6s\n",
@@ -402,17 +439,24 @@ int main(int argc, char** argv) {
                   wrong.c_str());
       std::fflush(stdout);
       medians[row.impl][n] = wall_med;
-      if (row.impl == "scalable") peaks_scalable[n] = median(peak);
+      if (row.impl == "scalable") {
+        peaks_scalable[n] = median(peak);
+      }
     }
   }
-  for (const std::string& note : notes) std::printf("# %s\n", note.c_str());
-  if (!torch_version.empty()) std::printf("# torch %s\n", torch_version.c_str());
+  for (const std::string& note : notes) {
+    std::printf("# %s\n", note.c_str());
+  }
+  if (!torch_version.empty()) {
+    std::printf("# torch %s\n", torch_version.c_str());
+  }
 
   // The issue's targets, where this run measured what they need.
   const int64_t e7 = 10000000, e8 = 100000000;
   if (medians["torch"].count(e8) && medians["scalable"].count(e8)) {
     const double x = medians["torch"][e8] / medians["scalable"][e8];
-    std::printf("# target: scalable at 1e8 >= 20x torch: %.0fx -> %s\n", x, x >= 20 ? "met" : "MISSED");
+    std::printf("# target: scalable at 1e8 >= 20x torch: %.0fx -> %s\n", x,
+                x >= 20 ? "met" : "MISSED");
   }
   if (peaks_scalable.count(e8)) {
     std::printf("# target: scalable at 1e8 <= 16 MB peak RSS: %.1f MiB -> %s\n", peaks_scalable[e8],
@@ -420,7 +464,8 @@ int main(int argc, char** argv) {
   }
   if (medians["torch"].count(e7) && medians["parity"].count(e7)) {
     const double x = medians["torch"][e7] / medians["parity"][e7];
-    std::printf("# target: parity at 1e7 no slower than torch: %.1fx -> %s\n", x, x >= 1 ? "met" : "MISSED");
+    std::printf("# target: parity at 1e7 no slower than torch: %.1fx -> %s\n", x,
+                x >= 1 ? "met" : "MISSED");
   }
   if (wrong_total != 0) {
     std::printf("# %d repetitions disagreed (see #wrong)\n", wrong_total);

@@ -1,11 +1,10 @@
 #include "sampler/feistel.h"
 
-#include "sampler/feistel_kernel.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "sampler/feistel_kernel.h"
 
 namespace slurmddp::sampler {
 
@@ -39,8 +38,12 @@ namespace slurmddp::sampler {
 FeistelPermutation::FeistelPermutation(uint64_t n, uint64_t key) : n_(n) {
   // b = ceil(sqrt(n)), exact: the double estimate is within one of it.
   uint64_t b = static_cast<uint64_t>(std::sqrt(static_cast<double>(n)));
-  while (b * b < n) ++b;
-  while (b > 1 && (b - 1) * (b - 1) >= n) --b;
+  while (b * b < n) {
+    ++b;
+  }
+  while (b > 1 && (b - 1) * (b - 1) >= n) {
+    --b;
+  }
   b = std::max<uint64_t>(b, kMinSide);
   const uint64_t a = std::max<uint64_t>((n + b - 1) / b, kMinSide);
   a_ = static_cast<uint32_t>(a);  // both <= 3037000500 < 2^32 for n <= 2^63
@@ -68,7 +71,8 @@ bool kernel_generic_any(const FeistelPlan& p, uint64_t* q, uint32_t* r, size_t c
 const FeistelKernels& best_kernels() {
   static const FeistelKernels kernels = [] {
     const FeistelKernels avx2 = feistel_kernels_avx2();
-    return avx2.small_sides != nullptr ? avx2 : FeistelKernels{kernel_generic_small, kernel_generic_any};
+    return avx2.small_sides != nullptr ? avx2
+                                       : FeistelKernels{kernel_generic_small, kernel_generic_any};
   }();
   return kernels;
 }
@@ -76,10 +80,12 @@ constexpr uint32_t kSmallSideMax = uint32_t{1} << 31;
 
 }  // namespace
 
-void FeistelPermutation::map_progression(uint64_t start, uint64_t step, size_t count,
-                                         uint64_t* out, bool allow_simd) const {
-  if (count == 0) return;
-  FeistelPlan p;
+void FeistelPermutation::map_progression(uint64_t start, uint64_t step, size_t count, uint64_t* out,
+                                         bool allow_simd) const {
+  if (count == 0) {
+    return;
+  }
+  FeistelPlan p{};
   p.keys = keys_;
   p.a = a_;
   p.b = b_;
@@ -88,7 +94,7 @@ void FeistelPermutation::map_progression(uint64_t start, uint64_t step, size_t c
     // k*step < 8 * 2^63 would overflow for huge steps; step < n <= 2^63 and
     // k < 8, so split the product through divmod first.
     const uint64_t sq = step / b_, sr = step % b_;
-    const uint64_t rk = sr * k;  // < 8 * 2^32
+    const uint64_t rk = sr * k;                             // < 8 * 2^32
     p.lane_q[k] = static_cast<uint32_t>(sq * k + rk / b_);  // only its low 32 bits matter
     p.lane_r[k] = static_cast<uint32_t>(rk % b_);
   }
@@ -111,7 +117,9 @@ void FeistelPermutation::map_progression(uint64_t start, uint64_t step, size_t c
     const bool walk = kernel(p, &q, &r, m, block);
     if (walk) {  // rare: fewer than 1/sqrt(n) of the elements land in [n, a*b)
       for (size_t j = 0; j < m; ++j) {
-        while (block[j] >= n_) block[j] = encrypt(block[j]);
+        while (block[j] >= n_) {
+          block[j] = encrypt(block[j]);
+        }
       }
     }
     std::memcpy(out + done, block, m * sizeof(uint64_t));

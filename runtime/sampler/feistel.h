@@ -17,7 +17,7 @@ inline uint64_t mix64(uint64_t z) {
 
 class FeistelPermutation {
  public:
-  static constexpr int kRounds = 6;       // even: the halves end where they began
+  static constexpr int kRounds = 6;         // even: the halves end where they began
   static constexpr uint32_t kMinSide = 16;  // smallest domain 16 x 16, see the Note
 
   // A permutation of [0, n) chosen by `key`. 1 <= n <= 2^63.
@@ -31,7 +31,9 @@ class FeistelPermutation {
   // The image of x; requires x < size(). O(1) expected.
   uint64_t operator()(uint64_t x) const {
     uint64_t y = encrypt(x);
-    while (y >= n_) y = encrypt(y);  // cycle walking: stays a bijection of [0, n)
+    while (y >= n_) {
+      y = encrypt(y);  // cycle walking: stays a bijection of [0, n)
+    }
     return y;
   }
 
@@ -80,7 +82,7 @@ class FeistelPermutation {
   uint64_t n_;
   uint32_t a_;  // values of the left half: [0, a_)
   uint32_t b_;  // values of the right half: [0, b_)
-  uint32_t keys_[kRounds];
+  uint32_t keys_[kRounds] = {};
 };
 
 }  // namespace slurmddp::sampler

@@ -59,7 +59,7 @@ struct Avx2Ops {
     std::memcpy(&f, &flags, sizeof f);
     const __m256i bb = _mm256_set1_epi64x(static_cast<long long>(b));
     const __m256i last = _mm256_set1_epi64x(static_cast<long long>(n - 1));
-    for (int k = 0; k < 2; ++k) {
+    for (size_t k = 0; k < 2; ++k) {
       const __m128i lh = k == 0 ? _mm256_castsi256_si128(lv) : _mm256_extracti128_si256(lv, 1);
       const __m128i rh = k == 0 ? _mm256_castsi256_si128(rv) : _mm256_extracti128_si256(rv, 1);
       const __m256i y = _mm256_add_epi64(_mm256_mul_epu32(_mm256_cvtepu32_epi64(lh), bb),
@@ -75,8 +75,7 @@ bool kernel_avx2_small(const FeistelPlan& p, uint64_t* q, uint32_t* r, size_t co
                        uint64_t* out) {
   return kernel_body<Avx2Ops, true>(p, q, r, count, out);
 }
-bool kernel_avx2_any(const FeistelPlan& p, uint64_t* q, uint32_t* r, size_t count,
-                     uint64_t* out) {
+bool kernel_avx2_any(const FeistelPlan& p, uint64_t* q, uint32_t* r, size_t count, uint64_t* out) {
   return kernel_body<Avx2Ops, false>(p, q, r, count, out);
 }
 
@@ -94,7 +93,9 @@ bool kernel_avx2_any(const FeistelPlan& p, uint64_t* q, uint32_t* r, size_t coun
 FeistelKernels feistel_kernels_avx2() {
 #if SLURMDDP_FEISTEL_AVX2
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) return {kernel_avx2_small, kernel_avx2_any};
+  if (__builtin_cpu_supports("avx2")) {
+    return {kernel_avx2_small, kernel_avx2_any};
+  }
 #endif
   return {nullptr, nullptr};
 }

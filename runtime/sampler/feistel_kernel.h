@@ -80,7 +80,7 @@ struct PortableOps {
                                                      uint64_t n, uint64_t* out, U64x4& flags) {
     U32x4 half;
     U64x4 y[2];
-    for (int k = 0; k < 2; ++k) {
+    for (size_t k = 0; k < 2; ++k) {
       std::memcpy(&half, reinterpret_cast<const char*>(&l) + 16 * k, sizeof half);
       y[k] = __builtin_convertvector(half, U64x4) * b;
       std::memcpy(&half, reinterpret_cast<const char*>(&r) + 16 * k, sizeof half);
@@ -139,7 +139,7 @@ __attribute__((always_inline)) inline bool kernel_body(const FeistelPlan& p, uin
       const U32x8 base_r_lanes = U32x8{} + base_r;
       rr[u] = base_r_lanes;
       add_mod_lanes<Ops, kSmallSides>(rr[u], lane_r, p.b);
-      const U32x8 carry = (U32x8)(rr[u] < base_r_lanes);  // all-ones where it wrapped
+      const U32x8 carry = (U32x8)(rr[u] < base_r_lanes);      // all-ones where it wrapped
       l[u] = static_cast<uint32_t>(base_q) + lane_q - carry;  // -(-1) adds the carry
       // Advance the base by 8*step.
       const uint32_t before = base_r;

@@ -30,7 +30,9 @@ class Mt19937 {
 
   // One draw.
   uint32_t operator()() {
-    if (next_ == kStateWords) regenerate();
+    if (next_ == kStateWords) {
+      regenerate();
+    }
     return temper(state_[next_++]);
   }
 
@@ -38,11 +40,17 @@ class Mt19937 {
   // operator() would return.
   void fill(uint32_t* out, size_t count) {
     while (count > 0) {
-      if (next_ == kStateWords) regenerate();
+      if (next_ == kStateWords) {
+        regenerate();
+      }
       size_t take = static_cast<size_t>(kStateWords - next_);
-      if (take > count) take = count;
+      if (take > count) {
+        take = count;
+      }
       const uint32_t* src = state_ + next_;
-      for (size_t i = 0; i < take; ++i) out[i] = temper(src[i]);
+      for (size_t i = 0; i < take; ++i) {
+        out[i] = temper(src[i]);
+      }
       out += take;
       count -= take;
       next_ += static_cast<int>(take);
@@ -75,12 +83,11 @@ class Mt19937 {
     for (; i < kStateWords - 1; ++i) {
       state_[i] = twist(state_[i], state_[i + 1], state_[i + kShift - kStateWords]);
     }
-    state_[kStateWords - 1] =
-        twist(state_[kStateWords - 1], state_[0], state_[kShift - 1]);
+    state_[kStateWords - 1] = twist(state_[kStateWords - 1], state_[0], state_[kShift - 1]);
     next_ = 0;
   }
 
-  uint32_t state_[kStateWords];
+  uint32_t state_[kStateWords] = {};
   int next_ = kStateWords;
 };
 

@@ -49,7 +49,9 @@ struct Shape {
 // Validates a configuration and computes its shard sizes (no allocation).
 Shape validate_and_shape(int64_t n, int64_t num_replicas, int64_t rank,
                          const SamplerOptions& options) {
-  if (n < 0) bad_config("dataset size must be >= 0", "n=" + std::to_string(n));
+  if (n < 0) {
+    bad_config("dataset size must be >= 0", "n=" + std::to_string(n));
+  }
   if (num_replicas <= 0) {
     bad_config("num_replicas must be >= 1", "num_replicas=" + std::to_string(num_replicas));
   }
@@ -67,8 +69,12 @@ Shape validate_and_shape(int64_t n, int64_t num_replicas, int64_t rank,
   }
   const int64_t floor_per_rank = n / num_replicas;
   const int64_t rest = n % num_replicas;
-  if (options.evaluation) return {floor_per_rank + (rank < rest ? 1 : 0), n};
-  if (options.drop_last) return {floor_per_rank, floor_per_rank * num_replicas};
+  if (options.evaluation) {
+    return {floor_per_rank + (rank < rest ? 1 : 0), n};
+  }
+  if (options.drop_last) {
+    return {floor_per_rank, floor_per_rank * num_replicas};
+  }
   const int64_t per_rank = floor_per_rank + (rest != 0 ? 1 : 0);
   if (per_rank > kInt64Max / num_replicas) {
     bad_config("the padded total ceil(n/num_replicas)*num_replicas exceeds 2^63-1",
@@ -78,12 +84,14 @@ Shape validate_and_shape(int64_t n, int64_t num_replicas, int64_t rank,
 }
 
 SamplerMode effective_mode(SamplerMode requested, int64_t n) {
-  if (requested != SamplerMode::kAuto) return requested;
+  if (requested != SamplerMode::kAuto) {
+    return requested;
+  }
   return n <= kSamplerAutoTorchMaxSize ? SamplerMode::kTorch : SamplerMode::kScalable;
 }
 
-uint64_t compute_fingerprint(int64_t n, int64_t num_replicas, int64_t rank,
-                             const SamplerOptions& o, SamplerMode mode) {
+uint64_t compute_fingerprint(int64_t n, int64_t num_replicas, int64_t rank, const SamplerOptions& o,
+                             SamplerMode mode) {
   const uint64_t fields[] = {
       kFingerprintVersion,
       static_cast<uint64_t>(n),
@@ -96,7 +104,9 @@ uint64_t compute_fingerprint(int64_t n, int64_t num_replicas, int64_t rank,
       static_cast<uint64_t>(mode),
   };
   uint64_t h = 0;
-  for (uint64_t f : fields) h = mix64(h ^ mix64(f + 0x9e3779b97f4a7c15ull));
+  for (uint64_t f : fields) {
+    h = mix64(h ^ mix64(f + 0x9e3779b97f4a7c15ull));
+  }
   return h;
 }
 
@@ -129,22 +139,28 @@ std::string SamplerState::to_string() const {
 
 SamplerState SamplerState::parse(const std::string& text) {
   auto fail = [&text]() -> SamplerState {
-    throw InvalidArgument(
-        "sampler: failed to parse sampler state: expected '" + std::string(kStateMagic) + " " +
-        kStateVersion +
-        " epoch=<int> position=<int> fingerprint=<16 hex digits>'; text=\"" + text + "\"");
+    throw InvalidArgument("sampler: failed to parse sampler state: expected '" +
+                          std::string(kStateMagic) + " " + kStateVersion +
+                          " epoch=<int> position=<int> fingerprint=<16 hex digits>'; text=\"" +
+                          text + "\"");
   };
   std::istringstream in(text);
   std::string magic, version, epoch_kv, position_kv, fingerprint_kv, extra;
   if (!(in >> magic >> version >> epoch_kv >> position_kv >> fingerprint_kv) || (in >> extra)) {
     return fail();
   }
-  if (magic != kStateMagic || version != kStateVersion) return fail();
+  if (magic != kStateMagic || version != kStateVersion) {
+    return fail();
+  }
   auto integer = [&](const std::string& kv, const char* key, int64_t* out) {
     const std::string prefix = std::string(key) + "=";
-    if (kv.compare(0, prefix.size(), prefix) != 0) return false;
+    if (kv.compare(0, prefix.size(), prefix) != 0) {
+      return false;
+    }
     const std::string digits = kv.substr(prefix.size());
-    if (digits.empty()) return false;
+    if (digits.empty()) {
+      return false;
+    }
     size_t used = 0;
     try {
       *out = std::stoll(digits, &used, 10);
@@ -158,10 +174,13 @@ SamplerState SamplerState::parse(const std::string& text) {
     return fail();
   }
   const std::string fp_prefix = "fingerprint=";
-  if (fingerprint_kv.compare(0, fp_prefix.size(), fp_prefix) != 0) return fail();
+  if (fingerprint_kv.compare(0, fp_prefix.size(), fp_prefix) != 0) {
+    return fail();
+  }
   const std::string hex = fingerprint_kv.substr(fp_prefix.size());
-  if (hex.size() != 16 ||
-      !std::all_of(hex.begin(), hex.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; })) {
+  if (hex.size() != 16 || !std::all_of(hex.begin(), hex.end(), [](char c) {
+        return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+      })) {
     return fail();
   }
   s.fingerprint = std::stoull(hex, nullptr, 16);
@@ -204,7 +223,9 @@ std::vector<int64_t> DistributedSampler::shard_sizes() const {
 
 void DistributedSampler::set_epoch(int64_t epoch) {
   position_ = 0;
-  if (epoch == epoch_ && data_ != nullptr) return;
+  if (epoch == epoch_ && data_ != nullptr) {
+    return;
+  }
   const int64_t previous = epoch_;
   epoch_ = epoch;
   try {
@@ -222,7 +243,9 @@ uint64_t DistributedSampler::position_of(int64_t i) const {
   uint64_t p = static_cast<uint64_t>(rank_) +
                static_cast<uint64_t>(i) * static_cast<uint64_t>(num_replicas_);
   const uint64_t n = static_cast<uint64_t>(n_);
-  if (p >= n) p %= n;
+  if (p >= n) {
+    p %= n;
+  }
   return p;
 }
 
@@ -232,9 +255,8 @@ void DistributedSampler::build_epoch() {
     epoch->kind = Epoch::Kind::kIdentity;
   } else if (mode_ == SamplerMode::kScalable) {
     epoch->kind = Epoch::Kind::kFeistel;
-    const uint64_t key =
-        mix64(mix64(static_cast<uint64_t>(options_.seed) ^ kScalableKeyTag) +
-              static_cast<uint64_t>(epoch_) * 0xd1b54a32d192ed03ull);
+    const uint64_t key = mix64(mix64(static_cast<uint64_t>(options_.seed) ^ kScalableKeyTag) +
+                               static_cast<uint64_t>(epoch_) * 0xd1b54a32d192ed03ull);
     epoch->feistel.emplace(static_cast<uint64_t>(n_), key);
   } else {
     // PyTorch: g.manual_seed(seed + epoch); only the low 32 bits reach mt19937,
@@ -248,7 +270,9 @@ void DistributedSampler::build_epoch() {
       epoch->table = std::move(perm);  // the shard is the whole permutation
     } else {
       BigBuffer<uint32_t> shard(static_cast<size_t>(size_));
-      for (int64_t i = 0; i < size_; ++i) shard[static_cast<size_t>(i)] = perm[position_of(i)];
+      for (int64_t i = 0; i < size_; ++i) {
+        shard[static_cast<size_t>(i)] = perm[position_of(i)];
+      }
       epoch->table = std::move(shard);
     }
   }
@@ -278,11 +302,15 @@ void DistributedSampler::get(int64_t first, int64_t count, int64_t* out) const {
                           std::to_string(size_) + "); first=" + std::to_string(first) +
                           ", count=" + std::to_string(count) + ", rank=" + std::to_string(rank_));
   }
-  if (count == 0) return;
+  if (count == 0) {
+    return;
+  }
   switch (data_->kind) {
     case Epoch::Kind::kTable: {
       const uint32_t* src = data_->table.data() + first;
-      for (int64_t k = 0; k < count; ++k) out[k] = src[k];
+      for (int64_t k = 0; k < count; ++k) {
+        out[k] = src[k];
+      }
       return;
     }
     case Epoch::Kind::kIdentity:
@@ -298,21 +326,33 @@ void DistributedSampler::get(int64_t first, int64_t count, int64_t* out) const {
       auto* dst = reinterpret_cast<uint64_t*>(out);
       if (data_->kind == Epoch::Kind::kFeistel) {
         data_->feistel->map_progression(p0, step, static_cast<size_t>(direct), dst);
-        for (uint64_t k = direct; k < ucount; ++k) dst[k] = (*data_->feistel)((p0 + k * step) % n);
+        for (uint64_t k = direct; k < ucount; ++k) {
+          dst[k] = (*data_->feistel)((p0 + k * step) % n);
+        }
       } else {
-        for (uint64_t k = 0; k < direct; ++k) dst[k] = p0 + k * step;
-        for (uint64_t k = direct; k < ucount; ++k) dst[k] = (p0 + k * step) % n;
+        for (uint64_t k = 0; k < direct; ++k) {
+          dst[k] = p0 + k * step;
+        }
+        for (uint64_t k = direct; k < ucount; ++k) {
+          dst[k] = (p0 + k * step) % n;
+        }
       }
       return;
     }
   }
 }
 
-DistributedSampler::Iterator DistributedSampler::begin() const { return Iterator(this, 0); }
-DistributedSampler::Iterator DistributedSampler::end() const { return Iterator(this, size_); }
+DistributedSampler::Iterator DistributedSampler::begin() const {
+  return Iterator(this, 0);
+}
+DistributedSampler::Iterator DistributedSampler::end() const {
+  return Iterator(this, size_);
+}
 
 bool DistributedSampler::next(int64_t* index) {
-  if (position_ >= size_) return false;
+  if (position_ >= size_) {
+    return false;
+  }
   *index = at(position_);
   ++position_;
   return true;
@@ -331,8 +371,8 @@ int64_t DistributedSampler::next(int64_t* out, int64_t max) {
 
 void DistributedSampler::seek(int64_t position) {
   if (position < 0 || position > size_) {
-    throw InvalidArgument("sampler: failed to seek: position outside [0, " +
-                          std::to_string(size_) + "]; position=" + std::to_string(position) +
+    throw InvalidArgument("sampler: failed to seek: position outside [0, " + std::to_string(size_) +
+                          "]; position=" + std::to_string(position) +
                           ", rank=" + std::to_string(rank_));
   }
   position_ = position;
@@ -351,7 +391,8 @@ void DistributedSampler::load_state(const SamplerState& state) {
     throw InvalidArgument(
         "sampler: failed to load sampler state: it was saved by a sampler with another "
         "configuration (n, num_replicas, rank, shuffle, seed, drop_last, evaluation, mode); "
-        "fingerprint=" + hex16(state.fingerprint) + ", expected=" + hex16(fingerprint_) +
+        "fingerprint=" +
+        hex16(state.fingerprint) + ", expected=" + hex16(fingerprint_) +
         ", n=" + std::to_string(n_) + ", num_replicas=" + std::to_string(num_replicas_) +
         ", rank=" + std::to_string(rank_));
   }
@@ -401,15 +442,21 @@ std::vector<int64_t> BatchSampler::batch(int64_t b) const {
 
 bool BatchSampler::next(std::vector<int64_t>* out) {
   const int64_t remaining = sampler_.remaining();
-  if (remaining == 0 || (drop_last_ && remaining < batch_size_)) return false;
+  if (remaining == 0 || (drop_last_ && remaining < batch_size_)) {
+    return false;
+  }
   const int64_t count = std::min(batch_size_, remaining);
   out->resize(static_cast<size_t>(count));
   sampler_.next(out->data(), count);
   return true;
 }
 
-BatchSampler::Iterator BatchSampler::begin() const { return Iterator(this, 0); }
-BatchSampler::Iterator BatchSampler::end() const { return Iterator(this, size()); }
+BatchSampler::Iterator BatchSampler::begin() const {
+  return Iterator(this, 0);
+}
+BatchSampler::Iterator BatchSampler::end() const {
+  return Iterator(this, size());
+}
 
 const std::vector<int64_t>& BatchSampler::Iterator::operator*() const {
   if (loaded_ != b_) {

@@ -24,14 +24,20 @@ namespace slurmddp::sampler {
 // the memory latency of the random accesses is what this hides.
 namespace {
 constexpr size_t kBlock = 4096;
-constexpr size_t kPrefetchDistance = 24;
+constexpr size_t kPrefetchDistance = 64;
 
-inline void prefetch_for_write(const uint32_t* p) { __builtin_prefetch(p, 1, 3); }
+inline void prefetch_for_write(const uint32_t* p) {
+  __builtin_prefetch(p, 1, 3);
+}
 }  // namespace
 
 void torch_randperm(uint64_t seed, uint32_t n, uint32_t* out) {
-  for (uint32_t i = 0; i < n; ++i) out[i] = i;
-  if (n < 2) return;
+  for (uint32_t i = 0; i < n; ++i) {
+    out[i] = i;
+  }
+  if (n < 2) {
+    return;
+  }
 
   Mt19937 engine(seed);
   uint32_t targets[kBlock];
@@ -44,9 +50,13 @@ void torch_randperm(uint64_t seed, uint32_t n, uint32_t* out) {
       targets[k] = i + targets[k] % (n - i);
     }
     const size_t lead = std::min(count, kPrefetchDistance);
-    for (size_t k = 0; k < lead; ++k) prefetch_for_write(out + targets[k]);
+    for (size_t k = 0; k < lead; ++k) {
+      prefetch_for_write(out + targets[k]);
+    }
     for (size_t k = 0; k < count; ++k) {
-      if (k + kPrefetchDistance < count) prefetch_for_write(out + targets[k + kPrefetchDistance]);
+      if (k + kPrefetchDistance < count) {
+        prefetch_for_write(out + targets[k + kPrefetchDistance]);
+      }
       const uint32_t i = start + static_cast<uint32_t>(k);
       const uint32_t j = targets[k];
       const uint32_t saved = out[i];

@@ -15,8 +15,8 @@ namespace {
 TEST(Mt19937, MatchesStandardEngineForManySeeds) {
   // std::mt19937 is specified by the C++ standard; PyTorch seeds with the low
   // 32 bits of a 64-bit seed.
-  const uint64_t seeds[] = {0, 1, 42, 5489, 0xffffffffull, 0x100000000ull, 0x123456789abcdefull,
-                            ~uint64_t{0}};
+  const uint64_t seeds[] = {
+      0, 1, 42, 5489, 0xffffffffull, 0x100000000ull, 0x123456789abcdefull, ~uint64_t{0}};
   for (uint64_t seed : seeds) {
     Mt19937 ours(seed);
     std::mt19937 std_engine(static_cast<std::mt19937::result_type>(seed & 0xffffffffu));
@@ -30,7 +30,9 @@ TEST(Mt19937, StandardTenThousandthDraw) {
   // The C++ standard's required check value for mt19937 default-seeded (5489).
   Mt19937 engine(5489);
   uint32_t v = 0;
-  for (int i = 0; i < 10000; ++i) v = engine();
+  for (int i = 0; i < 10000; ++i) {
+    v = engine();
+  }
   EXPECT_EQ(v, 4123659995u);
 }
 
@@ -44,7 +46,9 @@ TEST(Mt19937, BulkFillEqualsSingleDraws) {
     at += chunk;
   }
   ASSERT_EQ(at, got.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], single()) << "draw " << i;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], single()) << "draw " << i;
+  }
 }
 
 TEST(TorchRandperm, EqualsNaiveFisherYates) {
@@ -59,7 +63,8 @@ TEST(TorchRandperm, EqualsNaiveFisherYates) {
       torch_randperm(seed, n, got.data());
       const std::vector<int64_t> want = sampler_test::naive_randperm(seed, n);
       for (uint32_t i = 0; i < n; ++i) {
-        ASSERT_EQ(static_cast<int64_t>(got[i]), want[i]) << "n=" << n << " seed=" << seed << " i=" << i;
+        ASSERT_EQ(static_cast<int64_t>(got[i]), want[i])
+            << "n=" << n << " seed=" << seed << " i=" << i;
       }
     }
   }

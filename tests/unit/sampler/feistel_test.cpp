@@ -1,14 +1,14 @@
 // The keyed permutation behind the scalable mode: an exact bijection for every
 // n, and statistically uniform. Keys are fixed, so the statistics are the same
 // on every run: a threshold is either met or the permutation is broken.
+#include "sampler/feistel.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
-
-#include "sampler/feistel.h"
 
 namespace slurmddp::sampler {
 namespace {
@@ -43,7 +43,9 @@ TEST(Feistel, ExactBijectionForEverySmallSize) {
   for (uint64_t n = 1; n <= 1100; ++n) {
     for (uint64_t key : {uint64_t{0}, uint64_t{1}, uint64_t{0xdeadbeefcafef00d}}) {
       expect_bijection(n, key);
-      if (HasFatalFailure()) return;
+      if (HasFatalFailure()) {
+        return;
+      }
     }
   }
 }
@@ -53,13 +55,17 @@ TEST(Feistel, ExactBijectionAroundSquaresAndPowersOfTwo) {
     const uint64_t p = uint64_t{1} << bits;
     for (uint64_t n : {p - 1, p, p + 1}) {
       expect_bijection(n, 0x51ed270b27e5ac1dull ^ n);
-      if (HasFatalFailure()) return;
+      if (HasFatalFailure()) {
+        return;
+      }
     }
   }
   for (uint64_t side : {uint64_t{100}, uint64_t{1000}, uint64_t{1021}}) {
     for (uint64_t n : {side * side - 1, side * side, side * side + 1, side * (side + 1) + 1}) {
       expect_bijection(n, n);
-      if (HasFatalFailure()) return;
+      if (HasFatalFailure()) {
+        return;
+      }
     }
   }
 }
@@ -91,13 +97,17 @@ TEST(Feistel, DomainIsTheSmallestNearSquareCoveringN) {
 // starts and steps of every size, on both kernels and both side classes
 // (sides <= 2^31 and larger, which need n > 2^62).
 TEST(Feistel, StridedKernelMatchesScalarPath) {
-  const uint64_t sizes[] = {1000, 1000003, uint64_t{1} << 40, uint64_t{10000000000},
-                            (uint64_t{1} << 62) - 5, (uint64_t{1} << 62) + 5,
+  const uint64_t sizes[] = {1000,
+                            1000003,
+                            uint64_t{1} << 40,
+                            uint64_t{10000000000},
+                            (uint64_t{1} << 62) - 5,
+                            (uint64_t{1} << 62) + 5,
                             (uint64_t{1} << 63) - 1};
   for (uint64_t n : sizes) {
     FeistelPermutation perm(n, n * 31 + 7);
-    const uint64_t steps[] = {1, 3, 8, 1000, perm.cols() - 1, perm.cols(), perm.cols() + 1,
-                              n / 2000 + 1};
+    const uint64_t steps[] = {
+        1, 3, 8, 1000, perm.cols() - 1, perm.cols(), perm.cols() + 1, n / 2000 + 1};
     for (uint64_t step : steps) {
       const size_t count = static_cast<size_t>(std::min<uint64_t>(1500, (n - 1) / step + 1));
       for (uint64_t start : {uint64_t{0}, uint64_t{5}, n - 1 - (count - 1) * step}) {
@@ -106,7 +116,8 @@ TEST(Feistel, StridedKernelMatchesScalarPath) {
         perm.map_progression(start, step, count, portable.data(), false);
         for (size_t j = 0; j < count; ++j) {
           const uint64_t want = perm(start + j * step);
-          ASSERT_EQ(fast[j], want) << "n=" << n << " step=" << step << " start=" << start << " j=" << j;
+          ASSERT_EQ(fast[j], want)
+              << "n=" << n << " step=" << step << " start=" << start << " j=" << j;
           ASSERT_EQ(portable[j], want) << "n=" << n << " step=" << step << " start=" << start;
         }
       }
@@ -121,9 +132,15 @@ TEST(Feistel, HugeDomainsStayInRangeAndInjective) {
                      uint64_t{1} << 63}) {
     FeistelPermutation perm(n, 99);
     std::vector<uint64_t> images;
-    for (uint64_t x = 0; x < 4000; ++x) images.push_back(perm(x));
-    for (uint64_t x = n - 4000; x < n; ++x) images.push_back(perm(x));
-    for (uint64_t y : images) ASSERT_LT(y, n);
+    for (uint64_t x = 0; x < 4000; ++x) {
+      images.push_back(perm(x));
+    }
+    for (uint64_t x = n - 4000; x < n; ++x) {
+      images.push_back(perm(x));
+    }
+    for (uint64_t y : images) {
+      ASSERT_LT(y, n);
+    }
     std::sort(images.begin(), images.end());
     EXPECT_EQ(std::adjacent_find(images.begin(), images.end()), images.end()) << "n=" << n;
   }
@@ -137,16 +154,21 @@ TEST(Feistel, PositionsUniformSmallN) {
     std::vector<double> count(n * n, 0.0);
     for (int k = 0; k < keys; ++k) {
       FeistelPermutation perm(n, mix64(static_cast<uint64_t>(k) + 1000));
-      for (uint64_t x = 0; x < n; ++x) count[x * n + perm(x)] += 1.0;
+      for (uint64_t x = 0; x < n; ++x) {
+        count[x * n + perm(x)] += 1.0;
+      }
     }
     const double expected = static_cast<double>(keys) / static_cast<double>(n);
     double chi2 = 0;
-    for (double c : count) chi2 += (c - expected) * (c - expected) / expected;
+    for (double c : count) {
+      chi2 += (c - expected) * (c - expected) / expected;
+    }
     const double df = static_cast<double>((n - 1) * (n - 1));
     // df = 4 for n = 3 is below the approximation's range; use the exact 1e-6
     // quantile of chi2(4), 32.67.
     const double limit = n == 3 ? 32.67 : chi2_limit(df);
-    std::printf("positions n=%d: chi2=%.1f df=%.0f limit=%.1f\n", static_cast<int>(n), chi2, df, limit);
+    std::printf("positions n=%d: chi2=%.1f df=%.0f limit=%.1f\n", static_cast<int>(n), chi2, df,
+                limit);
     EXPECT_LT(chi2, limit) << "n=" << n << " df=" << df;
   }
 }
@@ -159,11 +181,15 @@ TEST(Feistel, PositionsUniformByDecileWithCycleWalking) {
   std::vector<double> count(100, 0.0);
   for (int k = 0; k < keys; ++k) {
     FeistelPermutation perm(n, mix64(static_cast<uint64_t>(k) * 7 + 3));
-    for (uint64_t x = 0; x < n; ++x) count[(x / 100) * 10 + perm(x) / 100] += 1.0;
+    for (uint64_t x = 0; x < n; ++x) {
+      count[(x / 100) * 10 + perm(x) / 100] += 1.0;
+    }
   }
   const double expected = keys * n / 100.0;
   double chi2 = 0;
-  for (double c : count) chi2 += (c - expected) * (c - expected) / expected;
+  for (double c : count) {
+    chi2 += (c - expected) * (c - expected) / expected;
+  }
   std::printf("deciles n=1000: chi2=%.1f df=81 limit=%.1f\n", chi2, chi2_limit(81));
   EXPECT_LT(chi2, chi2_limit(81));
 }
@@ -182,12 +208,16 @@ TEST(Feistel, ConsecutiveInputsLookIndependent) {
     for (int x = 0; x < samples; ++x) {
       const uint64_t y = perm(static_cast<uint64_t>(x));
       buckets[y * 100 / n] += 1.0;
-      if (x > 0 && y > previous) ++ascending;
+      if (x > 0 && y > previous) {
+        ++ascending;
+      }
       previous = y;
     }
     double chi2 = 0;
     const double expected = samples / 100.0;
-    for (double c : buckets) chi2 += (c - expected) * (c - expected) / expected;
+    for (double c : buckets) {
+      chi2 += (c - expected) * (c - expected) / expected;
+    }
     std::printf("consecutive key=%llu: chi2=%.1f df=99 limit=%.1f ascending=%.4f\n",
                 static_cast<unsigned long long>(key), chi2, chi2_limit(99),
                 ascending / static_cast<double>(samples - 1));
@@ -205,7 +235,9 @@ TEST(Feistel, DifferentKeysGiveUnrelatedPermutations) {
   int coincidences = 0;
   for (uint64_t k = 0; k < 200; ++k) {
     FeistelPermutation a(n, mix64(k)), b(n, mix64(k + 1));
-    for (uint64_t x = 0; x < n; ++x) coincidences += a(x) == b(x) ? 1 : 0;
+    for (uint64_t x = 0; x < n; ++x) {
+      coincidences += a(x) == b(x) ? 1 : 0;
+    }
   }
   std::printf("coincidences between consecutive keys: %d (expected 200)\n", coincidences);
   EXPECT_GT(coincidences, 100);

@@ -44,7 +44,8 @@ inline std::vector<int64_t> naive_torch_shard(std::vector<int64_t> indices, int6
     } else {
       std::vector<int64_t> repeated;
       const int64_t times = (padding + n - 1) / n;
-      for (int64_t t = 0; t < times; ++t) repeated.insert(repeated.end(), indices.begin(), indices.end());
+      for (int64_t t = 0; t < times; ++t)
+        repeated.insert(repeated.end(), indices.begin(), indices.end());
       indices.insert(indices.end(), repeated.begin(), repeated.begin() + padding);
     }
   } else {

@@ -17,11 +17,11 @@
 namespace slurmddp {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using sampler_test::iota_vector;
 using sampler_test::naive_randperm;
 using sampler_test::naive_torch_shard;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 std::vector<int64_t> all_of(const DistributedSampler& s) {
   return std::vector<int64_t>(s.begin(), s.end());
@@ -82,7 +82,8 @@ TEST(Sampler, FewerSamplesThanReplicas) {
   EXPECT_EQ(DistributedSampler(2, 5, 0, opts(false, 0, true, SamplerMode::kTorch)).size(), 0);
   DistributedSampler eval(2, 5, 1, opts(true, 0, false, SamplerMode::kTorch, true));
   EXPECT_THAT(eval.shard_sizes(), ElementsAre(1, 1, 0, 0, 0));
-  EXPECT_EQ(DistributedSampler::shard_size(2, 5, 4, opts(true, 0, false, SamplerMode::kAuto, true)), 0);
+  EXPECT_EQ(DistributedSampler::shard_size(2, 5, 4, opts(true, 0, false, SamplerMode::kAuto, true)),
+            0);
 }
 
 TEST(Sampler, EmptyDataset) {
@@ -108,7 +109,8 @@ TEST(Sampler, TorchModeMatchesTranscribedPytorch) {
           const int64_t seed = 1234;
           const auto perm = naive_randperm(static_cast<uint64_t>(seed + epoch), n);
           for (int64_t rank = 0; rank < replicas; ++rank) {
-            DistributedSampler s(n, replicas, rank, opts(true, seed, drop_last, SamplerMode::kTorch));
+            DistributedSampler s(n, replicas, rank,
+                                 opts(true, seed, drop_last, SamplerMode::kTorch));
             s.set_epoch(epoch);
             ASSERT_EQ(all_of(s), naive_torch_shard(perm, replicas, rank, drop_last))
                 << "n=" << n << " R=" << replicas << " rank=" << rank << " drop_last=" << drop_last
@@ -150,7 +152,9 @@ void expect_sharded_permutation(int64_t n, int64_t replicas, const SamplerOption
   for (int64_t rank = 0; rank < replicas; ++rank) {
     DistributedSampler s(n, replicas, rank, o);
     s.set_epoch(epoch);
-    if (global.empty()) global.assign(static_cast<size_t>(s.total_size()), -1);
+    if (global.empty()) {
+      global.assign(static_cast<size_t>(s.total_size()), -1);
+    }
     ASSERT_EQ(s.size(), s.shard_sizes()[static_cast<size_t>(rank)]);
     for (int64_t i = 0; i < s.size(); ++i) {
       const int64_t p = rank + i * replicas;
@@ -158,19 +162,24 @@ void expect_sharded_permutation(int64_t n, int64_t replicas, const SamplerOption
       global[static_cast<size_t>(p)] = s.at(i);
     }
   }
-  const int64_t covered = o.drop_last ? static_cast<int64_t>(global.size()) : std::min<int64_t>(n, static_cast<int64_t>(global.size()));
+  const int64_t covered = o.drop_last ? static_cast<int64_t>(global.size())
+                                      : std::min<int64_t>(n, static_cast<int64_t>(global.size()));
   std::vector<int> seen(static_cast<size_t>(n), 0);
   for (int64_t p = 0; p < covered; ++p) {
     const int64_t v = global[static_cast<size_t>(p)];
     ASSERT_GE(v, 0);
     ASSERT_LT(v, n);
-    ASSERT_EQ(seen[static_cast<size_t>(v)]++, 0) << "n=" << n << " R=" << replicas << ": " << v << " twice";
+    ASSERT_EQ(seen[static_cast<size_t>(v)]++, 0)
+        << "n=" << n << " R=" << replicas << ": " << v << " twice";
   }
   if (!o.drop_last) {
     // Without drop_last every index appears (evaluation: exactly once, no padding).
-    for (int64_t v = 0; v < n; ++v) ASSERT_EQ(seen[static_cast<size_t>(v)], 1) << "missing " << v;
+    for (int64_t v = 0; v < n; ++v) {
+      ASSERT_EQ(seen[static_cast<size_t>(v)], 1) << "missing " << v;
+    }
     for (int64_t p = n; p < static_cast<int64_t>(global.size()); ++p) {
-      ASSERT_EQ(global[static_cast<size_t>(p)], global[static_cast<size_t>(p % n)]) << "padding at " << p;
+      ASSERT_EQ(global[static_cast<size_t>(p)], global[static_cast<size_t>(p % n)])
+          << "padding at " << p;
     }
   }
 }
@@ -182,7 +191,9 @@ TEST(Sampler, EveryIndexExactlyOnceAcrossRanksPlusPadding) {
         for (int variant = 0; variant < 3; ++variant) {
           const SamplerOptions o = opts(true, 77 + n, variant == 1, mode, variant == 2);
           expect_sharded_permutation(n, replicas, o, n % 4);
-          if (HasFatalFailure()) return;
+          if (HasFatalFailure()) {
+            return;
+          }
         }
       }
     }
@@ -190,7 +201,9 @@ TEST(Sampler, EveryIndexExactlyOnceAcrossRanksPlusPadding) {
       for (int64_t replicas : {3, 8, 24}) {
         expect_sharded_permutation(n, replicas, opts(true, 5, false, mode), 2);
         expect_sharded_permutation(n, replicas, opts(true, 5, false, mode, true), 2);
-        if (HasFatalFailure()) return;
+        if (HasFatalFailure()) {
+          return;
+        }
       }
     }
   }
@@ -202,7 +215,9 @@ TEST(Sampler, EvaluationShardsDifferByAtMostOneAndSumToN) {
       DistributedSampler s(n, replicas, 0, opts(true, 3, false, SamplerMode::kScalable, true));
       const auto sizes = s.shard_sizes();
       int64_t sum = 0;
-      for (int64_t v : sizes) sum += v;
+      for (int64_t v : sizes) {
+        sum += v;
+      }
       EXPECT_EQ(sum, n);
       const auto [lo, hi] = std::minmax_element(sizes.begin(), sizes.end());
       EXPECT_LE(*hi - *lo, 1);
@@ -218,7 +233,9 @@ TEST(Sampler, EvaluationInTorchModeIsTorchPermutationWithoutPadding) {
   DistributedSampler s(103, 4, 3, opts(true, 9, false, SamplerMode::kTorch, true));
   s.set_epoch(2);
   std::vector<int64_t> want;
-  for (int64_t p = 3; p < 103; p += 4) want.push_back(perm[static_cast<size_t>(p)]);
+  for (int64_t p = 3; p < 103; p += 4) {
+    want.push_back(perm[static_cast<size_t>(p)]);
+  }
   EXPECT_EQ(all_of(s), want);
 }
 
@@ -279,7 +296,9 @@ TEST(Sampler, AtGetNextAndIterationAgree) {
       EXPECT_EQ(bulk, iterated);
       std::vector<int64_t> stepped;
       int64_t v;
-      while (s.next(&v)) stepped.push_back(v);
+      while (s.next(&v)) {
+        stepped.push_back(v);
+      }
       EXPECT_EQ(stepped, iterated);
       for (int64_t i : {int64_t{0}, int64_t{1}, s.size() - 1}) {
         EXPECT_EQ(s[i], iterated[static_cast<size_t>(i)]);
@@ -324,16 +343,18 @@ TEST(Sampler, StateTextRoundTripsAndRejectsGarbage) {
   EXPECT_EQ(s.to_string(),
             "slurmddp-sampler v1 epoch=-4 position=123456789012 fingerprint=00ab00cd00ef0012");
   EXPECT_EQ(SamplerState::parse(s.to_string()), s);
-  for (const char* bad : {"", "slurmddp-sampler v1 epoch=1 position=2",
-                          "slurmddp-sampler v2 epoch=1 position=2 fingerprint=0000000000000000",
-                          "slurmddp-sampler v1 epoch=x position=2 fingerprint=0000000000000000",
-                          "slurmddp-sampler v1 epoch=1 position=2 fingerprint=00000000000000zz",
-                          "slurmddp-sampler v1 epoch=1 position=2 fingerprint=0000000000000000 x"}) {
+  for (const char* bad :
+       {"", "slurmddp-sampler v1 epoch=1 position=2",
+        "slurmddp-sampler v2 epoch=1 position=2 fingerprint=0000000000000000",
+        "slurmddp-sampler v1 epoch=x position=2 fingerprint=0000000000000000",
+        "slurmddp-sampler v1 epoch=1 position=2 fingerprint=00000000000000zz",
+        "slurmddp-sampler v1 epoch=1 position=2 fingerprint=0000000000000000 x"}) {
     EXPECT_THAT(error_of([&] { SamplerState::parse(bad); }),
                 HasSubstr("sampler: failed to parse sampler state"))
         << bad;
   }
-  EXPECT_THAT(error_of([] { SamplerState::parse("garbage here"); }), HasSubstr("text=\"garbage here\""));
+  EXPECT_THAT(error_of([] { SamplerState::parse("garbage here"); }),
+              HasSubstr("text=\"garbage here\""));
 }
 
 TEST(Sampler, LoadStateRefusesAnotherConfigurationOrPosition) {
@@ -368,7 +389,9 @@ TEST(BatchSampler, BatchesAreConsecutiveRunsOfTheShard) {
   EXPECT_EQ(keep.batch(5), std::vector<int64_t>(shard.begin() + 50, shard.end()));
   EXPECT_EQ(drop.batch(4), std::vector<int64_t>(shard.begin() + 40, shard.begin() + 50));
   std::vector<int64_t> joined;
-  for (const auto& b : keep) joined.insert(joined.end(), b.begin(), b.end());
+  for (const auto& b : keep) {
+    joined.insert(joined.end(), b.begin(), b.end());
+  }
   EXPECT_EQ(joined, shard);
   int batches = 0;
   std::vector<int64_t> b;
@@ -393,8 +416,12 @@ TEST(BatchSampler, ResumesMidEpoch) {
   b.load_state(a.state());
   EXPECT_EQ(b.sampler().epoch(), 7);
   std::vector<std::vector<int64_t>> rest_a, rest_b;
-  while (a.next(&batch)) rest_a.push_back(batch);
-  while (b.next(&batch)) rest_b.push_back(batch);
+  while (a.next(&batch)) {
+    rest_a.push_back(batch);
+  }
+  while (b.next(&batch)) {
+    rest_b.push_back(batch);
+  }
   EXPECT_EQ(rest_a.size(), 7u);  // 334 indices: 4 batches done, 7 left (the last has 14)
   EXPECT_EQ(rest_b, rest_a);
   EXPECT_EQ(rest_b.back().size(), 14u);
@@ -405,23 +432,28 @@ TEST(BatchSampler, ResumesMidEpoch) {
 // ---- bad input names the value ----
 
 TEST(Sampler, BadInputNamesTheValue) {
-  EXPECT_THAT(error_of([] { DistributedSampler(-5, 2, 0); }),
-              HasSubstr("sampler: failed to create DistributedSampler: dataset size must be >= 0; n=-5"));
+  EXPECT_THAT(
+      error_of([] { DistributedSampler(-5, 2, 0); }),
+      HasSubstr("sampler: failed to create DistributedSampler: dataset size must be >= 0; n=-5"));
   EXPECT_THAT(error_of([] { DistributedSampler(10, 0, 0); }), HasSubstr("num_replicas=0"));
   EXPECT_THAT(error_of([] { DistributedSampler(10, -3, 0); }), HasSubstr("num_replicas=-3"));
   EXPECT_THAT(error_of([] { DistributedSampler(10, 8, 8); }), HasSubstr("rank=8, num_replicas=8"));
   EXPECT_THAT(error_of([] { DistributedSampler(10, 8, -1); }), HasSubstr("rank=-1"));
-  EXPECT_THAT(error_of([] { DistributedSampler(10, 2, 0, opts(true, 0, true, SamplerMode::kAuto, true)); }),
-              HasSubstr("drop_last=true, evaluation=true"));
+  EXPECT_THAT(
+      error_of([] { DistributedSampler(10, 2, 0, opts(true, 0, true, SamplerMode::kAuto, true)); }),
+      HasSubstr("drop_last=true, evaluation=true"));
   EXPECT_THAT(error_of([] {
-                DistributedSampler(kSamplerTorchMaxSize + 1, 2, 0, opts(true, 0, false, SamplerMode::kTorch));
+                DistributedSampler(kSamplerTorchMaxSize + 1, 2, 0,
+                                   opts(true, 0, false, SamplerMode::kTorch));
               }),
               HasSubstr("n=4294967296, max=4294967295"));
   EXPECT_THAT(error_of([] { DistributedSampler(INT64_MAX, 2, 0); }),
               HasSubstr("n=9223372036854775807, num_replicas=2"));
-  EXPECT_THAT(error_of([] { BatchSampler(DistributedSampler(10, 1, 0), 0); }),
-              HasSubstr("sampler: failed to create BatchSampler: batch size must be >= 1; batch_size=0"));
-  EXPECT_THAT(error_of([] { BatchSampler(DistributedSampler(10, 1, 0), -2); }), HasSubstr("batch_size=-2"));
+  EXPECT_THAT(
+      error_of([] { BatchSampler(DistributedSampler(10, 1, 0), 0); }),
+      HasSubstr("sampler: failed to create BatchSampler: batch size must be >= 1; batch_size=0"));
+  EXPECT_THAT(error_of([] { BatchSampler(DistributedSampler(10, 1, 0), -2); }),
+              HasSubstr("batch_size=-2"));
   DistributedSampler s(10, 3, 1);
   EXPECT_THAT(error_of([&] { s.at(4); }), HasSubstr("i=4"));
   EXPECT_THAT(error_of([&] { s.at(-1); }), HasSubstr("i=-1"));

@@ -84,11 +84,14 @@ struct Reference {
 // A new empty file under $TMPDIR (or /tmp); its path.
 std::string temp_file(const char* stem) {
   const char* dir = std::getenv("TMPDIR");
-  std::string path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/" + stem + "-XXXXXX";
+  std::string path =
+      std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/" + stem + "-XXXXXX";
   std::vector<char> buf(path.begin(), path.end());
   buf.push_back('\0');
   const int fd = mkstemp(buf.data());
-  if (fd < 0) return "";
+  if (fd < 0) {
+    return "";
+  }
   close(fd);
   return buf.data();
 }
@@ -98,7 +101,9 @@ std::string temp_file(const char* stem) {
 template <typename Sink>
 ::testing::AssertionResult run_streaming(const std::string& command, Sink&& sink) {
   const std::string err_path = temp_file("slurmddp-sampler-stderr");
-  if (err_path.empty()) return ::testing::AssertionFailure() << "mkstemp: " << std::strerror(errno);
+  if (err_path.empty()) {
+    return ::testing::AssertionFailure() << "mkstemp: " << std::strerror(errno);
+  }
   FILE* pipe = popen((command + " 2>" + quote(err_path)).c_str(), "r");
   if (pipe == nullptr) {
     unlink(err_path.c_str());
@@ -108,7 +113,9 @@ template <typename Sink>
   size_t got;
   bool sink_ok = true;
   while ((got = fread(buf.data(), 1, buf.size(), pipe)) > 0) {
-    if (sink_ok) sink_ok = sink(buf.data(), got);
+    if (sink_ok) {
+      sink_ok = sink(buf.data(), got);
+    }
   }
   const int status = pclose(pipe);
   std::ifstream err_file(err_path);
@@ -145,9 +152,9 @@ std::vector<Config> random_configs() {
   // Sizes where something changes: the generator refreshes its 624-word state,
   // the optimized shuffle works in 4096-step blocks, PyTorch fills the
   // identity in 32768-element grains.
-  const int64_t boundaries[] = {0,    1,     2,     3,     623,   624,   625,   626,   1247,
-                                1248, 1249,  4095,  4096,  4097,  8193,  32767, 32768, 32769,
-                                65535, 65536, 65537, 131071, 131072, 131073};
+  const int64_t boundaries[] = {0,     1,     2,     3,     623,   624,    625,    626,
+                                1247,  1248,  1249,  4095,  4096,  4097,   8193,   32767,
+                                32768, 32769, 65535, 65536, 65537, 131071, 131072, 131073};
   std::vector<Config> configs;
   for (int k = 0; k < 420; ++k) {
     Config c{};
@@ -168,12 +175,15 @@ std::vector<Config> random_configs() {
     c.rank = uniform(0, c.replicas - 1);
     c.shuffle = uniform(0, 9) != 0;
     const int64_t skind = uniform(0, 4);
-    c.seed = skind == 0 ? 0 : skind == 1 ? uniform(1, 1000)
-           : skind == 2 ? uniform(int64_t{1} << 31, int64_t{1} << 40)
-           : skind == 3 ? -uniform(1, int64_t{1} << 40) : uniform(0, 0xffffffffll);
+    c.seed = skind == 0   ? 0
+             : skind == 1 ? uniform(1, 1000)
+             : skind == 2 ? uniform(int64_t{1} << 31, int64_t{1} << 40)
+             : skind == 3 ? -uniform(1, int64_t{1} << 40)
+                          : uniform(0, 0xffffffffll);
     const int64_t ekind = uniform(0, 4);
-    c.epoch = ekind < 3 ? uniform(0, 200) : ekind == 3 ? uniform(int64_t{1} << 32, int64_t{1} << 34)
-                                                       : -uniform(1, 50);
+    c.epoch = ekind < 3    ? uniform(0, 200)
+              : ekind == 3 ? uniform(int64_t{1} << 32, int64_t{1} << 34)
+                           : -uniform(1, 50);
     c.drop_last = uniform(0, 1) == 1;
     configs.push_back(c);
   }
@@ -200,8 +210,8 @@ TEST(TorchParity, SamplerMatchesPytorchIndexForIndex) {
     }
   }
   std::string output;
-  const auto ran =
-      run_capture(quote(ref.python) + " " + quote(ref.script) + " sampler " + quote(cfg_path), &output);
+  const auto ran = run_capture(
+      quote(ref.python) + " " + quote(ref.script) + " sampler " + quote(cfg_path), &output);
   unlink(cfg_path.c_str());
   ASSERT_TRUE(ran);
 
@@ -209,7 +219,8 @@ TEST(TorchParity, SamplerMatchesPytorchIndexForIndex) {
   std::string word, version;
   ASSERT_TRUE(in >> word >> version) << "no version line from the reference";
   ASSERT_EQ(word, "torch");
-  std::printf("comparing with PyTorch %s over %zu configurations\n", version.c_str(), configs.size());
+  std::printf("comparing with PyTorch %s over %zu configurations\n", version.c_str(),
+              configs.size());
 
   size_t compared_indices = 0, shuffled = 0, padded = 0, fewer_than_replicas = 0;
   for (const Config& c : configs) {
@@ -217,7 +228,9 @@ TEST(TorchParity, SamplerMatchesPytorchIndexForIndex) {
     ASSERT_TRUE(in >> word >> count) << "reference output ended early at " << describe(c);
     ASSERT_EQ(word, "ok");
     std::vector<int64_t> want(static_cast<size_t>(count));
-    for (int64_t& v : want) ASSERT_TRUE(in >> v) << describe(c);
+    for (int64_t& v : want) {
+      ASSERT_TRUE(in >> v) << describe(c);
+    }
 
     SamplerOptions o;
     o.shuffle = c.shuffle;
@@ -230,7 +243,8 @@ TEST(TorchParity, SamplerMatchesPytorchIndexForIndex) {
     std::vector<int64_t> got(static_cast<size_t>(s.size()));
     s.get(0, s.size(), got.data());
     for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_EQ(got[i], want[i]) << "first difference at shard index " << i << " for " << describe(c);
+      ASSERT_EQ(got[i], want[i]) << "first difference at shard index " << i << " for "
+                                 << describe(c);
     }
     compared_indices += got.size();
     shuffled += c.shuffle ? 1 : 0;
