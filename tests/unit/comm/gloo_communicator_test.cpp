@@ -422,7 +422,9 @@ TEST_P(DestroyedPeer, IsNamedAndBreaksLaterOps) {
   run_group(
       3,
       [&](Communicator& c) {
-        if (c.rank() == 2) return;  // destroys its communicator at once
+        // Everybody connected (op #1), then rank 2 destroys its communicator.
+        c.barrier()->wait(c.timeout());
+        if (c.rank() == 2) return;
         std::vector<float> x(count, 1.0f);
         const auto t0 = std::chrono::steady_clock::now();
         auto w = c.allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
@@ -440,7 +442,7 @@ TEST_P(DestroyedPeer, IsNamedAndBreaksLaterOps) {
   for (int r : {0, 1}) {
     const auto& e = errors[static_cast<size_t>(r)];
     EXPECT_NE(e.find("gloo: failed to allreduce " + std::to_string(count) +
-                     " float32 (sum), op #1: lost peer rank 2"),
+                     " float32 (sum), op #2: lost peer rank 2"),
               std::string::npos)
         << "rank " << r << ": " << e;
     EXPECT_NE(e.find("peer=2"), std::string::npos) << e;
