@@ -28,6 +28,8 @@ class Process {
   // Runs `argv` with the current environment plus `env` (an empty value
   // removes the variable).
   Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+    // A child that died must fail the test, not kill it through its stdin pipe.
+    signal(SIGPIPE, SIG_IGN);
     int in[2];
     int out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) std::abort();

@@ -156,6 +156,28 @@ TEST(StoreFailures, AWrongTokenIsRefusedOnBothSidesWithoutTheToken) {
   }
 }
 
+TEST(StoreFailures, WithoutATokenBothSidesSaySoAtDebugLevel) {
+  Env debug{{"SLURMDDP_LOG_LEVEL", "debug"}};
+  auto server = spawn({"server"}, debug);
+  const uint16_t port = read_port(*server);
+  ASSERT_NE(port, 0);
+  auto r = rank(0, 1, port, 5000, debug);
+  ASSERT_EQ(r->wait(seconds(10)), std::optional<int>(0)) << r->stderr_text();
+  EXPECT_THAT(r->stderr_text(), HasSubstr("store: server 127.0.0.1:" + std::to_string(port) +
+                                          " runs without a token: the connection is not "
+                                          "authenticated"));
+  // At the default level (warn) a client and its hosted server say nothing.
+  auto quiet = spawn({"rank", "--rank", "0", "--world", "1", "--timeout-ms", "5000", "--serve"});
+  ASSERT_EQ(quiet->wait(seconds(10)), std::optional<int>(0)) << quiet->stderr_text();
+  EXPECT_EQ(quiet->stderr_text(), "");
+  server->close_stdin();
+  ASSERT_EQ(server->wait(seconds(10)), std::optional<int>(0));
+  EXPECT_THAT(server->stderr_text(),
+              HasSubstr("store: server on port " + std::to_string(port) +
+                        " runs without a token: any client that can reach the port may use "
+                        "the store"));
+}
+
 TEST(StoreFailures, AClosedPortIsNamedWithinTheTimeout) {
   store::Fd hold(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in a{};
