@@ -10,8 +10,8 @@
 // Usage: gloo_allreduce_bench [--ranks N] [--min-bytes B] [--max-bytes B]
 //                             [--factor F] [--iters R] [--warmup W]
 //                             [--ifname IF | --hostname H] [--timeout-ms T]
-//                             [--small-max-bytes B] [--medium-max-bytes B]
-// (the last two override GlooOptions' algorithm thresholds, for experiments)
+//                             [--small-max-bytes B]
+// (the last overrides GlooOptions::small_max_bytes, for experiments)
 // The launcher hosts the TCP store and starts N copies of itself as workers.
 #include <gloo/config.h>
 #include <signal.h>
@@ -49,7 +49,6 @@ struct Config {
   std::string hostname = "127.0.0.1";
   long timeout_ms = 300000;
   long long small_max = -1;   // -1: GlooOptions default
-  long long medium_max = -1;
   // worker only
   int rank = -1;
   int port = 0;
@@ -59,7 +58,7 @@ struct Config {
   std::fprintf(stderr,
                "usage: %s [--ranks N] [--min-bytes B] [--max-bytes B] [--factor F] [--iters R]\n"
                "          [--warmup W] [--ifname IF | --hostname H] [--timeout-ms T]\n"
-               "          [--small-max-bytes B] [--medium-max-bytes B]\n",
+               "          [--small-max-bytes B]\n",
                argv0);
   std::exit(2);
 }
@@ -94,8 +93,6 @@ Config parse(int argc, char** argv) {
       c.timeout_ms = std::stol(next());
     } else if (a == "--small-max-bytes") {
       c.small_max = std::stoll(next());
-    } else if (a == "--medium-max-bytes") {
-      c.medium_max = std::stoll(next());
     } else if (a == "--worker-rank") {
       c.rank = std::stoi(next());
     } else if (a == "--worker-port") {
@@ -147,7 +144,6 @@ int worker(const Config& c) {
   o.hostname = c.hostname;
   o.timeout = std::chrono::milliseconds(c.timeout_ms);
   if (c.small_max >= 0) o.small_max_bytes = static_cast<size_t>(c.small_max);
-  if (c.medium_max >= 0) o.medium_max_bytes = static_cast<size_t>(c.medium_max);
   auto comm = make_gloo_communicator(o);
   const int n = comm->size();
   const int rank = comm->rank();
@@ -169,9 +165,15 @@ int worker(const Config& c) {
                 c.ifname.empty() ? ("hostname " + c.hostname).c_str()
                                  : ("interface " + c.ifname).c_str(),
                 c.timeout_ms);
-    std::printf("# algorithms: <= %zu B halving-doubling on blocking sockets, <= %zu B "
-                "halving-doubling on Gloo's event loop, larger gloo::allreduce ring in place\n",
-                o.small_max_bytes, o.medium_max_bytes);
+    size_t wmem = 0;
+    if (FILE* f = std::fopen("/proc/sys/net/core/wmem_max", "r")) {
+      if (std::fscanf(f, "%zu", &wmem) != 1) wmem = 0;
+      std::fclose(f);
+    }
+    std::printf("# algorithms: up to min(small_max_bytes %zu, net.core.wmem_max %zu, 16 MiB/(n-1)) "
+                "halving-doubling on blocking sockets (2 ranks: one exchange), above that "
+                "gloo::allreduce ring in place\n",
+                o.small_max_bytes, wmem);
     std::printf("# per size: untimed warm-up, repetitions from a barrier, time = median over "
                 "repetitions of the slowest rank; GB = 1e9, busbw = algbw * 2(n-1)/n\n");
     std::printf("# rank:host/pid%s\n", map.c_str());
@@ -243,7 +245,6 @@ int launcher(const Config& c, char** argv) {
                                      "--warmup", std::to_string(c.warmup),
                                      "--timeout-ms", std::to_string(c.timeout_ms),
                                      "--small-max-bytes", std::to_string(c.small_max),
-                                     "--medium-max-bytes", std::to_string(c.medium_max),
                                      "--worker-rank", std::to_string(r),
                                      "--worker-port", std::to_string(store->port())};
     if (!c.ifname.empty()) {

@@ -64,20 +64,18 @@ struct GlooOptions {
   // Bounds the rendezvous, every transfer inside Gloo and the blocking helpers.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 
-  // Algorithm selection for allreduce by message size (bytes; for float16 and
-  // bfloat16 the float32 size). All ranks must use the same values.
-  //   bytes <= small_max_bytes:  halving-doubling on blocking sockets
-  //   bytes <= medium_max_bytes: halving-doubling on Gloo's event loop
-  //   larger:                    Gloo's segmented ring, in place (torch's path)
-  // small_max_bytes is capped at 256 KiB (larger blocking exchanges could fill
-  // both socket buffers and deadlock), and in groups above 65 ranks at
-  // 16 MiB / (size - 1) (at least 4 KiB): setup sends that much to each peer
-  // once, to size the sockets' send buffers.
-  size_t small_max_bytes = size_t{256} << 10;
-  size_t medium_max_bytes = size_t{4} << 20;
+  // Allreduce algorithm by message size (bytes; for float16 and bfloat16 the
+  // float32 size):
+  //   bytes <= small_max_bytes: halving-doubling (two ranks: one exchange) on
+  //                             blocking sockets, through staging buffers
+  //   larger:                   Gloo's segmented ring, in place (torch's path)
+  // Blocking exchanges must fit the sockets' send buffers, so the threshold in
+  // force is the smallest of this value, net.core.wmem_max of every rank, and
+  // 16 MiB / (size - 1) (setup sends that much to each peer once, to size the
+  // send buffers); every rank computes the same. Broadcast and allgather use
+  // the same threshold for their blocking-socket variants.
+  size_t small_max_bytes = size_t{1} << 20;
 };
-
-inline constexpr size_t kGlooSmallMaxBytesLimit = size_t{256} << 10;
 
 // Connects to every other rank through `options.store` and returns the
 // communicator. Blocks until all ranks joined. Throws InvalidArgument for bad

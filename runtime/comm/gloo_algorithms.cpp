@@ -87,44 +87,15 @@ void check_int_range(size_t n, const char* what) {
   }
 }
 
-// Note [Flushing notifications]: AllreduceHalvingDoubling sends two small
-// notifications per step and pair in each run (one per phase) without waiting
-// for them; every other send of a run is acknowledged by the peer before the
-// run returns. On connections driven by Gloo's event loop the last
-// notification can still sit in Gloo's queue when run() returns, and closing
-// the connections then (the communicator's destructor) would drop it and fail
-// the peer's last operation. Waiting for both sends per notification buffer
-// after each run empties the queue and keeps Gloo's completion counters in
-// step. (Not on blocking connections: there a send completes inside send(),
-// and Gloo insists on waiting for each one right after it.)
-template <typename T>
-class FlushingHalvingDoubling final : public gloo::AllreduceHalvingDoubling<T> {
- public:
-  using gloo::AllreduceHalvingDoubling<T>::AllreduceHalvingDoubling;
-
-  void run() override {
-    gloo::AllreduceHalvingDoubling<T>::run();
-    for (auto& buffer : this->sendNotificationBufs_) {
-      buffer->waitSend();
-      buffer->waitSend();
-    }
-  }
-};
-
 template <typename T>
 std::shared_ptr<CachedAlgorithm> make_hd_typed(const std::shared_ptr<gloo::Context>& context,
-                                               ReduceOp op, size_t count, bool event_loop) {
+                                               ReduceOp op, size_t count) {
   check_int_range(count * sizeof(T), "a halving-doubling allreduce");
   auto entry = std::make_shared<CachedAlgorithm>();
   entry->in.resize(count * sizeof(T));
   std::vector<T*> ptrs{reinterpret_cast<T*>(entry->in.data())};
-  if (event_loop) {
-    entry->algorithm = std::make_unique<FlushingHalvingDoubling<T>>(
-        context, ptrs, static_cast<int>(count), reduction_for<T>(op));
-  } else {
-    entry->algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
-        context, ptrs, static_cast<int>(count), reduction_for<T>(op));
-  }
+  entry->algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
+      context, ptrs, static_cast<int>(count), reduction_for<T>(op));
   return entry;
 }
 
@@ -184,17 +155,16 @@ void prime_send_buffers(gloo::Context& context, size_t bytes) {
 }
 
 std::shared_ptr<CachedAlgorithm> make_allreduce_hd(const std::shared_ptr<gloo::Context>& context,
-                                                   DataType type, ReduceOp op, size_t count,
-                                                   bool event_loop) {
+                                                   DataType type, ReduceOp op, size_t count) {
   switch (type) {
     case DataType::kFloat32:
-      return make_hd_typed<float>(context, op, count, event_loop);
+      return make_hd_typed<float>(context, op, count);
     case DataType::kFloat64:
-      return make_hd_typed<double>(context, op, count, event_loop);
+      return make_hd_typed<double>(context, op, count);
     case DataType::kInt32:
-      return make_hd_typed<int32_t>(context, op, count, event_loop);
+      return make_hd_typed<int32_t>(context, op, count);
     case DataType::kInt64:
-      return make_hd_typed<int64_t>(context, op, count, event_loop);
+      return make_hd_typed<int64_t>(context, op, count);
     case DataType::kFloat16:
     case DataType::kBFloat16:
       break;

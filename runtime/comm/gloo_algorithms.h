@@ -68,13 +68,12 @@ class AlgorithmCache {
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
 };
 
-// Builders. `type` is a native type (float32, float64, int32, int64) and `op`
-// one of sum, min, max; `count` > 0 and the context size > 1. `event_loop`:
-// the context's connections are driven by Gloo's event loop (not in sync
-// mode); see Note [Flushing notifications].
+// Builders, for contexts whose connections are in sync mode (blocking
+// sockets: every send completes inside send(), so no message of a run is left
+// queued when it returns). `type` is a native type (float32, float64, int32,
+// int64) and `op` one of sum, min, max; `count` > 0 and the context size > 1.
 std::shared_ptr<CachedAlgorithm> make_allreduce_hd(const std::shared_ptr<gloo::Context>& context,
-                                                   DataType type, ReduceOp op, size_t count,
-                                                   bool event_loop);
+                                                   DataType type, ReduceOp op, size_t count);
 // Two ranks: AllreduceRing, which for two is one exchange of the whole buffer
 // (fewer, larger messages than halving-doubling: faster on blocking sockets).
 std::shared_ptr<CachedAlgorithm> make_allreduce_pair_exchange(
@@ -93,9 +92,11 @@ std::shared_ptr<CachedAlgorithm> make_allgather(const std::shared_ptr<gloo::Cont
 // delayed-ACK timer. With blocking sockets both ranks sit in write() meanwhile:
 // 128 KiB allreduces took 45-90 ms instead of 0.4 ms. Exchanging one message of
 // `bytes` (the largest a blocking exchange will carry) with every peer before
-// switching the connections to sync mode fixes the send buffers at twice that,
-// so every later blocking write completes at once. Call on event-loop pairs
-// (before setSync): the exchange is all-to-all.
+// switching the connections to sync mode fixes the send buffers at twice that
+// (bounded by net.core.wmem_max, hence the threshold's bound), so every later
+// blocking write completes at once, and two ranks writing to each other can
+// never both block. Call on event-loop pairs (before setSync): the exchange is
+// all-to-all.
 void prime_send_buffers(gloo::Context& context, size_t bytes);
 
 }  // namespace slurmddp::comm

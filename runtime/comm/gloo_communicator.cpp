@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <sstream>
@@ -34,19 +35,14 @@ namespace slurmddp {
 
 namespace comm {
 
-AllreduceTier choose_allreduce_tier(size_t bytes, size_t small_max_bytes,
-                                    size_t medium_max_bytes) {
-  if (bytes <= small_max_bytes) return AllreduceTier::kSmallSync;
-  if (bytes <= medium_max_bytes) return AllreduceTier::kMediumEventLoop;
-  return AllreduceTier::kLargeRing;
+AllreduceTier choose_allreduce_tier(size_t bytes, size_t small_max_bytes) {
+  return bytes <= small_max_bytes ? AllreduceTier::kSmallSync : AllreduceTier::kLargeRing;
 }
 
 const char* to_string(AllreduceTier tier) {
   switch (tier) {
     case AllreduceTier::kSmallSync:
       return "halving-doubling/sync";
-    case AllreduceTier::kMediumEventLoop:
-      return "halving-doubling/event-loop";
     case AllreduceTier::kLargeRing:
       return "ring";
   }
@@ -56,9 +52,10 @@ const char* to_string(AllreduceTier tier) {
 namespace {
 
 constexpr const char* kComponent = "gloo";
-// Staging kept by the classic-algorithm caches (their own buffers come on top).
-constexpr size_t kSmallCacheBudget = size_t{4} << 20;
-constexpr size_t kMediumCacheBudget = size_t{16} << 20;
+// Staging kept by the classic-algorithm cache (their own buffers come on top).
+constexpr size_t kCacheBudget = size_t{8} << 20;
+// net.core.wmem_max where it cannot be read: Linux's default.
+constexpr size_t kDefaultWmemMax = 212992;
 // float16/bfloat16 are widened to float32 in pieces of this many elements.
 constexpr size_t kUpcastChunk = size_t{4} << 20;
 // Scratch buffers above this are released after each use.
@@ -171,12 +168,22 @@ class ScopedSigpipeBlock {
   sigset_t old_;
 };
 
-// Note [Priming send buffers] costs (size - 1) * small_max bytes per rank at
-// setup; in large groups the blocking tier shrinks to keep that under 16 MiB.
-size_t effective_small_max(size_t requested, int size) {
+// The largest send buffer this host lets a socket ask for (SO_SNDBUF).
+size_t local_wmem_max() {
+  std::ifstream in("/proc/sys/net/core/wmem_max");
+  size_t v = 0;
+  if (in >> v && v > 0) return v;
+  return kDefaultWmemMax;
+}
+
+// The blocking-socket threshold in force (see GlooOptions::small_max_bytes):
+// Note [Priming send buffers] sends it once to each peer at setup, so large
+// groups shrink it to keep that under 16 MiB; and a primed send buffer
+// (twice the smaller of it and wmem_max) must hold any blocking message.
+size_t effective_small_max(size_t requested, int size, size_t group_wmem_max) {
   if (size <= 1) return requested;
   const size_t per_peer = std::max<size_t>(size_t{4} << 10, (size_t{16} << 20) / (size - 1));
-  return std::min(requested, per_peer);
+  return std::min({requested, per_peer, group_wmem_max});
 }
 
 class GlooCommunicator final : public Communicator {
@@ -241,8 +248,7 @@ class GlooCommunicator final : public Communicator {
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds grace_;
   const std::string prefix_;
-  const size_t small_max_;
-  const size_t medium_max_;
+  size_t small_max_;  // the threshold in force, set by join()
   const std::shared_ptr<Store> store_;
   Bind bind_;
 
@@ -251,8 +257,7 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::rendezvous::Context> async_ctx_;
 
   // Worker-thread state.
-  comm::AlgorithmCache small_cache_{kSmallCacheBudget};
-  comm::AlgorithmCache medium_cache_{kMediumCacheBudget};
+  comm::AlgorithmCache cache_{kCacheBudget};
   std::vector<uint8_t> upcast_;          // float32 copy of a 16-bit piece (ring tier)
   std::vector<uint8_t> reduce_scatter_;  // reduce-scatter staging
   uint32_t tag_ = 0;
@@ -274,8 +279,7 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o)
       grace_(std::clamp(o.timeout / 4, std::chrono::milliseconds(100),
                         std::chrono::milliseconds(2000))),
       prefix_(o.prefix),
-      small_max_(effective_small_max(o.small_max_bytes, o.size)),
-      medium_max_(o.medium_max_bytes),
+      small_max_(o.small_max_bytes),
       store_(o.store) {
   const std::string keys = "rank=" + std::to_string(o.rank) + ", size=" + std::to_string(o.size);
   if (o.size < 1) {
@@ -288,13 +292,6 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o)
   if (o.timeout.count() <= 0) {
     throw InvalidArgument("gloo: failed to create a communicator: timeout must be positive; "
                           "timeout_ms=" + std::to_string(o.timeout.count()) + ", " + keys);
-  }
-  if (o.small_max_bytes > kGlooSmallMaxBytesLimit) {
-    throw InvalidArgument(
-        "gloo: failed to create a communicator: small_max_bytes above " +
-        std::to_string(kGlooSmallMaxBytesLimit) +
-        " risks a deadlock between blocking writes; small_max_bytes=" +
-        std::to_string(o.small_max_bytes) + ", " + keys);
   }
   if (o.prefix.empty()) {
     throw InvalidArgument("gloo: failed to create a communicator: prefix is empty; " + keys);
@@ -364,8 +361,7 @@ GlooCommunicator::~GlooCommunicator() {
   }
   queue_cv_.notify_all();
   if (worker_.joinable()) worker_.join();
-  small_cache_.clear();
-  medium_cache_.clear();
+  cache_.clear();
 }
 
 // ---- setup -------------------------------------------------------------------
@@ -406,7 +402,8 @@ void GlooCommunicator::join() {
   };
 
   store_->set(join_key(rank_), text_bytes("size=" + std::to_string(size_) + "\nhost=" +
-                                          host_name() + "\npid=" + std::to_string(getpid())));
+                                          host_name() + "\npid=" + std::to_string(getpid()) +
+                                          "\nwmem_max=" + std::to_string(local_wmem_max())));
   // Every rank compares its world size with rank 0's ...
   if (rank_ != 0) {
     std::string record;
@@ -428,26 +425,41 @@ void GlooCommunicator::join() {
   // ... and rank 0 checks everybody's and tells the group, so that no rank
   // goes on to wait for a connection that will never come.
   const std::string verdict_key = prefix_ + "/verdict";
+  // The verdict also carries the group's smallest wmem_max, so that every
+  // rank computes the same blocking-socket threshold.
+  std::string verdict;
   if (rank_ == 0) {
-    std::string verdict = "ok";
-    for (int j = 1; j < size_ && verdict == "ok"; ++j) {
-      const std::string sj = field(bytes_text(store_->get(join_key(j), remaining())), "size");
+    std::string problem;
+    size_t wmem = local_wmem_max();
+    for (int j = 1; j < size_ && problem.empty(); ++j) {
+      const std::string record = bytes_text(store_->get(join_key(j), remaining()));
+      const std::string sj = field(record, "size");
       if (sj != std::to_string(size_)) {
-        verdict = "world size mismatch: rank " + std::to_string(j) + " has size=" + sj +
+        problem = "world size mismatch: rank " + std::to_string(j) + " has size=" + sj +
                   ", rank 0 has size=" + std::to_string(size_);
       }
+      try {
+        wmem = std::min<size_t>(wmem, std::stoull(field(record, "wmem_max")));
+      } catch (const std::exception&) {
+        wmem = std::min(wmem, kDefaultWmemMax);
+      }
     }
+    verdict = problem.empty() ? "ok\nwmem_max=" + std::to_string(wmem) : problem;
     store_->set(verdict_key, text_bytes(verdict));
-    if (verdict != "ok") throw InvalidArgument(head + verdict + "; " + keys);
   } else {
-    std::string verdict;
     try {
       verdict = bytes_text(store_->get(verdict_key, remaining()));
     } catch (const TimeoutError&) {
       throw not_joined();
     }
-    if (verdict != "ok") throw InvalidArgument(head + verdict + "; " + keys);
   }
+  if (verdict.rfind("ok\n", 0) != 0) throw InvalidArgument(head + verdict + "; " + keys);
+  size_t group_wmem = kDefaultWmemMax;
+  try {
+    group_wmem = std::stoull(field(verdict, "wmem_max"));
+  } catch (const std::exception&) {
+  }
+  small_max_ = effective_small_max(small_max_, size_, group_wmem);
 }
 
 std::shared_ptr<gloo::rendezvous::Context> GlooCommunicator::connect_mesh(const char* name) {
@@ -720,16 +732,12 @@ void GlooCommunicator::do_allreduce(void* data, size_t count, DataType type, Red
 void GlooCommunicator::allreduce_native(void* user, size_t count, DataType type, ReduceOp base,
                                         const Stage& in, const Stage& out) {
   const size_t bytes = count * element_size(type);
-  const auto tier = comm::choose_allreduce_tier(bytes, small_max_, medium_max_);
-  if (tier != comm::AllreduceTier::kLargeRing) {
-    const bool small = tier == comm::AllreduceTier::kSmallSync;
-    auto& cache = small ? small_cache_ : medium_cache_;
-    const auto& ctx = small ? sync_ctx_ : async_ctx_;
+  if (comm::choose_allreduce_tier(bytes, small_max_) == comm::AllreduceTier::kSmallSync) {
     const std::string key = std::string("allreduce/") + to_string(type) + "/" +
                             to_string(base) + "/" + std::to_string(count);
-    auto entry = cache.get(key, [&] {
-      return small && size_ == 2 ? comm::make_allreduce_pair_exchange(ctx, type, base, count)
-                                 : comm::make_allreduce_hd(ctx, type, base, count, !small);
+    auto entry = cache_.get(key, [&] {
+      return size_ == 2 ? comm::make_allreduce_pair_exchange(sync_ctx_, type, base, count)
+                        : comm::make_allreduce_hd(sync_ctx_, type, base, count);
     });
     in(entry->in.data());
     entry->algorithm->run();
@@ -777,7 +785,7 @@ void GlooCommunicator::do_broadcast(void* data, size_t count, DataType type, int
   if (count == 0 || size_ == 1) return;
   const size_t bytes = count * element_size(type);
   if (bytes <= small_max_) {
-    auto entry = small_cache_.get(
+    auto entry = cache_.get(
         "broadcast/" + std::to_string(bytes) + "/" + std::to_string(root),
         [&] { return comm::make_broadcast(sync_ctx_, bytes, root); });
     if (rank_ == root) std::memcpy(entry->in.data(), data, bytes);
@@ -803,7 +811,7 @@ void GlooCommunicator::do_allgather(const void* send, void* recv, size_t count, 
   }
   const size_t total = bytes * static_cast<size_t>(size_);
   if (total <= small_max_) {
-    auto entry = small_cache_.get("allgather/" + std::to_string(bytes),
+    auto entry = cache_.get("allgather/" + std::to_string(bytes),
                                   [&] { return comm::make_allgather(sync_ctx_, bytes); });
     std::memcpy(entry->in.data(), send, bytes);
     entry->algorithm->run();

@@ -14,43 +14,38 @@
 // two-core machine the spinning thread starves the peer's threads, so latency
 // becomes scheduler-bound (0.3 to 8 ms per 64 KiB allreduce, median ~3 ms; the
 // anchor note saw 24 ms on a busier machine). torch pays the same price.
+//
 // The classic algorithm objects (AllreduceHalvingDoubling & co.) bind buffers
 // once and exchange far fewer control messages; on connections switched to
-// Gloo's "sync" mode (blocking socket reads in the calling thread, no event
-// loop at all) they are faster still. Blocking writes can deadlock when two
-// ranks both write more than the socket buffers hold, so sync mode is used only
-// up to 256 KiB. For large messages the newer ring (segmented, pipelined,
-// in place on the caller's buffer, no staging copies) is the fastest and is
-// exactly what torch runs. Hence three tiers for allreduce:
-//   bytes <= small_max_bytes  (256 KiB): AllreduceHalvingDoubling on sync-mode
-//                                        connections (two ranks: AllreduceRing,
-//                                        a single exchange of the buffer)
-//   bytes <= medium_max_bytes (4 MiB):   AllreduceHalvingDoubling, event loop
-//   larger:                              gloo::allreduce (ring), in place
+// Gloo's "sync" mode (blocking socket reads and writes in the calling thread,
+// no event loop at all) they avoid the spinning entirely. Blocking writes need
+// the whole message to fit the socket's send buffer (else two ranks writing to
+// each other both block, and on loopback a message's tail waits for a 40 ms
+// delayed ACK): Note [Priming send buffers]. For large messages the newer ring
+// (segmented, pipelined, in place on the caller's buffer, no staging copies)
+// is what torch runs, and it stays: on the event loop, classic objects hit the
+// same send-buffer trap without a way to prime it (the ring's sockets are left
+// to the kernel's autotuning), and a peer lost while idle would only be noticed
+// by their fresh buffers after the timeout. Hence two tiers for allreduce:
+//   bytes <= small_max (1 MiB, see GlooOptions): AllreduceHalvingDoubling on
+//       sync-mode connections (two ranks: AllreduceRing, a single exchange)
+//   larger: gloo::allreduce (ring), in place
 // The classic objects need staging buffers (one copy in, one out), cheap at
-// these sizes; see Note [Deterministic cache] for how they are kept and
-// Note [Priming send buffers] for what sync mode needs. The two kinds of
-// connection are two Gloo contexts (two full meshes) on one device.
-// Broadcast and allgather use the sync-mode objects up to small_max_bytes and
-// Gloo's newer API above; barrier is a one-element allreduce; reduce-scatter is
-// an allreduce of the whole buffer keeping this rank's block (twice the bytes
-// of a dedicated algorithm, which Gloo's newer API lacks).
-//
-// Known limit of the middle tier: a classic object created after a peer died
-// while this rank was idle waits out the timeout before Gloo reports the
-// error (Gloo only tells buffers that existed when the connection broke). The
-// other tiers fail at once, and so do middle-tier sizes already in use
-// (cached objects), which is the steady state of a training loop.
+// these sizes; see Note [Deterministic cache] for how they are kept. The two
+// kinds of connection are two Gloo contexts (two full meshes) on one device.
+// Broadcast and allgather use the sync-mode objects up to the same threshold
+// and Gloo's newer API above; barrier is a one-element allreduce;
+// reduce-scatter is an allreduce of the whole buffer keeping this rank's block
+// (twice the bytes of a dedicated algorithm, which Gloo's newer API lacks).
 #pragma once
 
 #include <cstddef>
 
 namespace slurmddp::comm {
 
-enum class AllreduceTier { kSmallSync, kMediumEventLoop, kLargeRing };
+enum class AllreduceTier { kSmallSync, kLargeRing };
 
-AllreduceTier choose_allreduce_tier(size_t bytes, size_t small_max_bytes,
-                                    size_t medium_max_bytes);
+AllreduceTier choose_allreduce_tier(size_t bytes, size_t small_max_bytes);
 
 const char* to_string(AllreduceTier tier);
 

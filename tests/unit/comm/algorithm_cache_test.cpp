@@ -65,16 +65,13 @@ TEST(AlgorithmCache, SameSequenceSameDecisions) {
 
 TEST(AllreduceTier, BySize) {
   const size_t small = GlooOptions{}.small_max_bytes;
-  const size_t medium = GlooOptions{}.medium_max_bytes;
-  EXPECT_EQ(small, size_t{256} << 10);
-  EXPECT_EQ(medium, size_t{4} << 20);
-  EXPECT_EQ(choose_allreduce_tier(4, small, medium), AllreduceTier::kSmallSync);
-  EXPECT_EQ(choose_allreduce_tier(small, small, medium), AllreduceTier::kSmallSync);
-  EXPECT_EQ(choose_allreduce_tier(small + 1, small, medium), AllreduceTier::kMediumEventLoop);
-  EXPECT_EQ(choose_allreduce_tier(medium, small, medium), AllreduceTier::kMediumEventLoop);
-  EXPECT_EQ(choose_allreduce_tier(medium + 1, small, medium), AllreduceTier::kLargeRing);
-  EXPECT_EQ(choose_allreduce_tier(1, 0, 0), AllreduceTier::kLargeRing);
+  EXPECT_EQ(small, size_t{1} << 20);
+  EXPECT_EQ(choose_allreduce_tier(4, small), AllreduceTier::kSmallSync);
+  EXPECT_EQ(choose_allreduce_tier(small, small), AllreduceTier::kSmallSync);
+  EXPECT_EQ(choose_allreduce_tier(small + 1, small), AllreduceTier::kLargeRing);
+  EXPECT_EQ(choose_allreduce_tier(1, 0), AllreduceTier::kLargeRing);
   EXPECT_STREQ(to_string(AllreduceTier::kLargeRing), "ring");
+  EXPECT_STREQ(to_string(AllreduceTier::kSmallSync), "halving-doubling/sync");
 }
 
 }  // namespace
