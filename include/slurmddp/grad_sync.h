@@ -27,6 +27,14 @@
 //    host memory for Gloo, CUDA memory for NCCL. On CUDA, bucket copies and
 //    compression casts run as kernels on a communication stream of the engine,
 //    ordered after the compute stream by events.
+//  - The communicator is shared, not owned exclusively: between steps the
+//    caller may use it for its own collectives, but not while a step is in
+//    progress from another thread (the ranks could then issue collectives in
+//    different orders). With NCCL, the engine points the communicator's
+//    compute stream (NcclCommunicator::set_compute_stream) at its own
+//    communication stream from the first bucket of a step until wait(), so
+//    that a bucket's allreduce does not wait for all of backward queued so far;
+//    the caller's stream is restored before wait() returns.
 #pragma once
 
 #include <chrono>
@@ -114,15 +122,25 @@ struct GradBucketInfo {
   size_t wire_bytes = 0;
 };
 
+// When one bucket got through a step, in seconds since its first mark_ready.
+struct GradBucketTimeline {
+  double ready = 0;   // its last gradient was marked ready
+  double issued = 0;  // its allreduce was issued (after the buckets before it)
+  double done = 0;    // its allreduce completed and the results are in place
+};
+
 // Timings of the last synchronized step (steady clock, seconds).
 struct GradSyncStepStats {
   // First mark_ready to the end of wait().
   double step_seconds = 0;
-  // Time wait() spent blocked for communication to finish.
+  // Time wait() spent blocked for communication to finish: the communication
+  // that backward did not hide.
   double wait_seconds = 0;
   // Sum over buckets of issue-to-completion times (buckets overlap, so this
   // can exceed step_seconds).
   double bucket_seconds = 0;
+  // Per bucket, in bucket order.
+  std::vector<GradBucketTimeline> buckets;
 };
 
 // The synchronizer. Thread safety: mark_ready() may be called concurrently

@@ -63,7 +63,9 @@ BucketPlan plan_buckets(const std::vector<PlanParam>& params, const PlanOptions&
   std::map<Key, OpenBucket> open;
   std::vector<Closed> closed;
   auto close = [&](OpenBucket& b) {
-    if (b.bucket.params.empty()) return;
+    if (b.bucket.params.empty()) {
+      return;
+    }
     closed.push_back(Closed{b.first_walk_position, std::move(b.bucket)});
     const PlannedBucket& done = closed.back().bucket;
     b.bucket = PlannedBucket{};
@@ -80,9 +82,10 @@ BucketPlan plan_buckets(const std::vector<PlanParam>& params, const PlanOptions&
     const PlanParam& p = params[index];
     const size_t es = dtype_bytes(p.dtype);
     if (p.count > (SIZE_MAX - kAlignBytes) / es) {
-      throw InvalidArgument("grad_sync: failed to plan buckets: parameter size overflows; "
-                            "parameter=" + std::to_string(index) +
-                            ", count=" + std::to_string(p.count));
+      throw InvalidArgument(
+          "grad_sync: failed to plan buckets: parameter size overflows; "
+          "parameter=" +
+          std::to_string(index) + ", count=" + std::to_string(p.count));
     }
     const size_t padded = aligned_count(p.count, p.dtype);
     const size_t bytes = padded * es;
@@ -98,8 +101,12 @@ BucketPlan plan_buckets(const std::vector<PlanParam>& params, const PlanOptions&
     }
     OpenBucket& b = it->second;
     const size_t limit = b.is_first_of_key ? options.first_bucket_bytes : options.bucket_cap_bytes;
-    if (!b.bucket.params.empty() && bytes > limit - std::min(limit, b.bytes)) close(b);
-    if (b.bucket.params.empty()) b.first_walk_position = walk;
+    if (!b.bucket.params.empty() && bytes > limit - std::min(limit, b.bytes)) {
+      close(b);
+    }
+    if (b.bucket.params.empty()) {
+      b.first_walk_position = walk;
+    }
     b.bucket.params.push_back(index);
     b.bucket.offsets.push_back(b.bucket.count);
     b.bucket.count += padded;
@@ -108,9 +115,13 @@ BucketPlan plan_buckets(const std::vector<PlanParam>& params, const PlanOptions&
     // next parameter starts a new bucket.
     const size_t now_limit =
         b.is_first_of_key ? options.first_bucket_bytes : options.bucket_cap_bytes;
-    if (b.bytes >= now_limit) close(b);
+    if (b.bytes >= now_limit) {
+      close(b);
+    }
   }
-  for (auto& [key, b] : open) close(b);
+  for (auto& [key, b] : open) {
+    close(b);
+  }
 
   std::sort(closed.begin(), closed.end(), [](const Closed& a, const Closed& b) {
     return a.first_walk_position < b.first_walk_position;

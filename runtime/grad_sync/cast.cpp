@@ -5,6 +5,7 @@
 #include <string>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -31,14 +32,22 @@ float float_of(uint32_t u) {
 // (Note [Compression rounding]).
 float to_float_odd(double d) {
   const float f = static_cast<float>(d);
-  if (std::isnan(d) || static_cast<double>(f) == d) return f;
+  if (std::isnan(d) || static_cast<double>(f) == d) {
+    return f;
+  }
   uint32_t u = bits_of(f);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) u -= 1;  // back toward zero
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) {
+    u -= 1;  // back toward zero
+  }
   return float_of(u | 1u);
 }
 
-bool is_16bit(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; }
-bool is_wide(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat64; }
+bool is_16bit(DataType t) {
+  return t == DataType::kFloat16 || t == DataType::kBFloat16;
+}
+bool is_wide(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat64;
+}
 
 #if defined(__x86_64__)
 // F16C converts 8 elements per instruction with the same rounding.
@@ -50,7 +59,9 @@ __attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* src, ui
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
                      _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  for (; i < n; ++i) dst[i] = float_to_half(src[i]);
+  for (; i < n; ++i) {
+    dst[i] = float_to_half(src[i]);
+  }
 }
 
 __attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* src, float* dst,
@@ -60,11 +71,34 @@ __attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* src,
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
   }
-  for (; i < n; ++i) dst[i] = half_to_float(src[i]);
+  for (; i < n; ++i) {
+    dst[i] = half_to_float(src[i]);
+  }
+}
+
+// CPUID: F16C and AVX, and the OS saving the AVX registers (XGETBV).
+bool detect_f16c() {
+  unsigned a = 0;
+  unsigned b = 0;
+  unsigned c = 0;
+  unsigned d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) {
+    return false;
+  }
+  const bool f16c = (c & bit_F16C) != 0;
+  const bool avx = (c & bit_AVX) != 0;
+  const bool osxsave = (c & bit_OSXSAVE) != 0;
+  if (!f16c || !avx || !osxsave) {
+    return false;
+  }
+  unsigned lo = 0;
+  unsigned hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 6u) == 6u;  // XMM and YMM state enabled
 }
 
 bool have_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool yes = detect_f16c();
   return yes;
 }
 #endif
@@ -73,7 +107,9 @@ template <typename Src, typename Dst, typename Fn>
 void map(const void* src, void* dst, size_t n, Fn fn) {
   const auto* s = static_cast<const Src*>(src);
   auto* d = static_cast<Dst*>(dst);
-  for (size_t i = 0; i < n; ++i) d[i] = fn(s[i]);
+  for (size_t i = 0; i < n; ++i) {
+    d[i] = fn(s[i]);
+  }
 }
 
 }  // namespace
@@ -83,7 +119,9 @@ uint16_t float_to_half(float f) {
   const uint32_t sign = (u >> 16) & 0x8000u;
   u &= 0x7fffffffu;
   if (u >= 0x47800000u) {  // |f| >= 65536, inf or NaN: beyond every finite half
-    if (u > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
+    if (u > 0x7f800000u) {
+      return static_cast<uint16_t>(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
+    }
     return static_cast<uint16_t>(sign | 0x7c00u);
   }
   if (u < 0x38800000u) {  // below 2^-14: a subnormal half or zero
@@ -108,29 +146,43 @@ float half_to_float(uint16_t h) {
     const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
     return float_of(sign | bits_of(magnitude));
   }
-  if (exponent == 31) return float_of(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 31) {
+    return float_of(sign | 0x7f800000u | (mantissa << 13));
+  }
   return float_of(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
 uint16_t float_to_bfloat16(float f) {
   const uint32_t u = bits_of(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN
+  }
   const uint32_t odd = (u >> 16) & 1u;
   return static_cast<uint16_t>((u + 0x7fffu + odd) >> 16);
 }
 
-float bfloat16_to_float(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
+float bfloat16_to_float(uint16_t b) {
+  return float_of(static_cast<uint32_t>(b) << 16);
+}
 
-uint16_t double_to_half(double d) { return float_to_half(to_float_odd(d)); }
-uint16_t double_to_bfloat16(double d) { return float_to_bfloat16(to_float_odd(d)); }
+uint16_t double_to_half(double d) {
+  return float_to_half(to_float_odd(d));
+}
+uint16_t double_to_bfloat16(double d) {
+  return float_to_bfloat16(to_float_odd(d));
+}
 
 bool convertible(DataType src, DataType dst) {
-  if (src == dst) return true;
+  if (src == dst) {
+    return true;
+  }
   return (is_wide(src) && is_16bit(dst)) || (is_16bit(src) && is_wide(dst));
 }
 
 void convert(const void* src, DataType src_type, void* dst, DataType dst_type, size_t n) {
-  if (n == 0) return;
+  if (n == 0) {
+    return;
+  }
   if (src_type == dst_type) {
     size_t es = 0;
     switch (src_type) {
@@ -147,7 +199,9 @@ void convert(const void* src, DataType src_type, void* dst, DataType dst_type, s
         es = 8;
         break;
     }
-    if (src != dst) std::memcpy(dst, src, n * es);
+    if (src != dst) {
+      std::memcpy(dst, src, n * es);
+    }
     return;
   }
   using D = DataType;

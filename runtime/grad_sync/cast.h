@@ -6,7 +6,8 @@
 // by one unit in rare ties). Overflow gives infinity of the same sign, NaN
 // stays a quiet NaN, subnormal results are kept (not flushed). Widening is
 // exact. The CUDA kernels (cuda_kernels.cu) use the toolkit's _rn intrinsics,
-// which round the same way, so host and device agree bit for bit.
+// which round the same way, so host and device agree bit for bit (NaN
+// payloads aside: the device returns its canonical NaN).
 #pragma once
 
 #include <cstddef>

@@ -29,10 +29,11 @@ namespace slurmddp::grad_sync {
 namespace {
 
 void check(cudaError_t status, const char* what, int device) {
-  if (status == cudaSuccess) return;
-  throw CudaError(std::string("grad_sync: failed to ") + what + ": " +
-                  cudaGetErrorString(status) + " (" + cudaGetErrorName(status) +
-                  "); device=" + std::to_string(device));
+  if (status == cudaSuccess) {
+    return;
+  }
+  throw CudaError(std::string("grad_sync: failed to ") + what + ": " + cudaGetErrorString(status) +
+                  " (" + cudaGetErrorName(status) + "); device=" + std::to_string(device));
 }
 
 // Makes `device` current for a scope (the calling thread may run backward on
@@ -46,7 +47,9 @@ class DeviceScope {
     }
   }
   ~DeviceScope() {
-    if (restore_) cudaSetDevice(previous_);
+    if (restore_) {
+      cudaSetDevice(previous_);
+    }
   }
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
@@ -70,7 +73,9 @@ class CudaDevice final : public Device {
       : compute_(static_cast<cudaStream_t>(compute_stream)) {
     int count = 0;
     check(cudaGetDeviceCount(&count), "count CUDA devices", -1);
-    if (count == 0) check(cudaErrorNoDevice, "find a CUDA device", -1);
+    if (count == 0) {
+      check(cudaErrorNoDevice, "find a CUDA device", -1);
+    }
     check(cudaGetDevice(&device_), "read the current CUDA device", -1);
     check(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking),
           "create the communication stream", device_);
@@ -86,15 +91,28 @@ class CudaDevice final : public Device {
   }
 
   ~CudaDevice() override {
-    DeviceScope scope(device_);
+    int previous = -1;
+    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
+                          cudaSetDevice(device_) == cudaSuccess;
     cudaStreamSynchronize(comm_);
-    for (auto& t : transfers_) cudaFree(t.table);
-    for (void* p : owned_) cudaFree(p);
-    for (auto e : ready_) cudaEventDestroy(e);
-    for (auto e : prepared_) cudaEventDestroy(e);
+    for (auto& t : transfers_) {
+      cudaFree(t.table);
+    }
+    for (void* p : owned_) {
+      cudaFree(p);
+    }
+    for (auto e : ready_) {
+      cudaEventDestroy(e);
+    }
+    for (auto e : prepared_) {
+      cudaEventDestroy(e);
+    }
     cudaEventDestroy(step_done_);
     cudaEventDestroy(compute_mark_);
     cudaStreamDestroy(comm_);
+    if (switched) {
+      cudaSetDevice(previous);
+    }
   }
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
@@ -102,7 +120,9 @@ class CudaDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::kCuda; }
 
   void* allocate(size_t bytes) override {
-    if (bytes == 0) return nullptr;
+    if (bytes == 0) {
+      return nullptr;
+    }
     DeviceScope scope(device_);
     void* p = nullptr;
     check(cudaMalloc(&p, bytes),
@@ -118,26 +138,36 @@ class CudaDevice final : public Device {
   }
 
   void release(void* p) override {
-    if (p == nullptr) return;
+    if (p == nullptr) {
+      return;
+    }
     DeviceScope scope(device_);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (owned_.erase(p) > 0) cudaFree(p);
+    if (owned_.erase(p) > 0) {
+      cudaFree(p);
+    }
   }
 
   void upload(void* dst, const void* src, size_t bytes) override {
-    if (bytes == 0) return;
+    if (bytes == 0) {
+      return;
+    }
     DeviceScope scope(device_);
     check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy to the device", device_);
   }
 
   void download(void* dst, const void* src, size_t bytes) override {
-    if (bytes == 0) return;
+    if (bytes == 0) {
+      return;
+    }
     DeviceScope scope(device_);
     check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy from the device", device_);
   }
 
   void check_pointer(const void* p, size_t bytes, const std::string& what) override {
-    if (bytes == 0) return;
+    if (bytes == 0) {
+      return;
+    }
     cudaPointerAttributes a{};
     const cudaError_t status = cudaPointerGetAttributes(&a, p);
     if (status != cudaSuccess) {
@@ -157,26 +187,28 @@ class CudaDevice final : public Device {
 
   size_t add_transfer(Transfer t) override {
     if (!cuda::kernel_supports(t.src_type, t.dst_type)) {
-      throw InvalidArgument("grad_sync: failed to plan a bucket copy: unsupported conversion; "
-                            "src=" + std::to_string(static_cast<int>(t.src_type)) +
-                            ", dst=" + std::to_string(static_cast<int>(t.dst_type)));
+      throw InvalidArgument(
+          "grad_sync: failed to plan a bucket copy: unsupported conversion; "
+          "src=" +
+          std::to_string(static_cast<int>(t.src_type)) +
+          ", dst=" + std::to_string(static_cast<int>(t.dst_type)));
     }
     std::vector<cuda::KernelSegment> table;
     uint64_t blocks = 0;
     for (const Segment& s : t.segments) {
-      if (s.count == 0) continue;
+      if (s.count == 0) {
+        continue;
+      }
       table.push_back(cuda::KernelSegment{s.src, s.dst, s.count, blocks});
       blocks += cuda::blocks_for(s.count);
     }
-    DeviceTransfer d{t.src_type, t.dst_type, nullptr, static_cast<uint32_t>(table.size()),
-                     blocks};
+    DeviceTransfer d{t.src_type, t.dst_type, nullptr, static_cast<uint32_t>(table.size()), blocks};
     if (!table.empty()) {
       DeviceScope scope(device_);
       const size_t bytes = table.size() * sizeof(cuda::KernelSegment);
       check(cudaMalloc(reinterpret_cast<void**>(&d.table), bytes), "allocate a copy table",
             device_);
-      const cudaError_t copied =
-          cudaMemcpy(d.table, table.data(), bytes, cudaMemcpyHostToDevice);
+      const cudaError_t copied = cudaMemcpy(d.table, table.data(), bytes, cudaMemcpyHostToDevice);
       if (copied != cudaSuccess) {
         cudaFree(d.table);
         check(copied, "upload a copy table", device_);
@@ -190,8 +222,7 @@ class CudaDevice final : public Device {
     DeviceScope scope(device_);
     check(cudaEventRecord(compute_mark_, compute_), "record an event on the compute stream",
           device_);
-    check(cudaStreamWaitEvent(comm_, compute_mark_, 0), "order the communication stream",
-          device_);
+    check(cudaStreamWaitEvent(comm_, compute_mark_, 0), "order the communication stream", device_);
     launch(transfer);
     check(cudaStreamSynchronize(comm_), "wait for a bucket copy", device_);
   }
@@ -199,9 +230,10 @@ class CudaDevice final : public Device {
   void bucket_ready(size_t bucket, size_t in) override {
     DeviceScope scope(device_);
     check(cudaEventRecord(ready_[bucket], compute_), "record a gradient-ready event", device_);
-    if (in == kNoTransfer) return;
-    check(cudaStreamWaitEvent(comm_, ready_[bucket], 0), "order the communication stream",
-          device_);
+    if (in == kNoTransfer) {
+      return;
+    }
+    check(cudaStreamWaitEvent(comm_, ready_[bucket], 0), "order the communication stream", device_);
     launch(in);
     check(cudaEventRecord(prepared_[bucket], comm_), "record a bucket-copied event", device_);
   }
@@ -212,7 +244,9 @@ class CudaDevice final : public Device {
   }
 
   void after_collective(size_t, size_t out) override {
-    if (out != kNoTransfer) launch(out);
+    if (out != kNoTransfer) {
+      launch(out);
+    }
   }
 
   void end_step() override {
@@ -222,12 +256,13 @@ class CudaDevice final : public Device {
   }
 
   void bind_thread() override { check(cudaSetDevice(device_), "select the CUDA device", device_); }
+  void* stream() const override { return comm_; }
 
  private:
   void launch(size_t id) {
     const DeviceTransfer& t = transfers_.at(id);
-    const int status = cuda::launch_transfer(t.table, t.segments, t.blocks, t.src_type,
-                                             t.dst_type, comm_);
+    const int status =
+        cuda::launch_transfer(t.table, t.segments, t.blocks, t.src_type, t.dst_type, comm_);
     check(static_cast<cudaError_t>(status), "launch a bucket copy kernel", device_);
   }
 

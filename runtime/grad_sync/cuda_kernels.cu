@@ -104,8 +104,8 @@ __global__ void transfer_kernel(const KernelSegment* table, uint32_t segments) {
 
 template <typename S, typename D>
 int launch(const KernelSegment* table, uint32_t segments, uint64_t blocks, cudaStream_t stream) {
-  transfer_kernel<S, D><<<static_cast<unsigned int>(blocks), kThreadsPerBlock, 0, stream>>>(
-      table, segments);
+  transfer_kernel<S, D>
+      <<<static_cast<unsigned int>(blocks), kThreadsPerBlock, 0, stream>>>(table, segments);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -120,8 +120,8 @@ bool kernel_supports(DataType src, DataType dst) {
   return (wide_src && narrow_dst) || (narrow_src && wide_dst);
 }
 
-int launch_transfer(const KernelSegment* table, uint32_t segments, uint64_t blocks,
-                    DataType src, DataType dst, void* stream_ptr) {
+int launch_transfer(const KernelSegment* table, uint32_t segments, uint64_t blocks, DataType src,
+                    DataType dst, void* stream_ptr) {
   if (segments == 0 || blocks == 0) return 0;
   if (blocks > 0x7fffffffULL) return static_cast<int>(cudaErrorInvalidConfiguration);
   auto stream = static_cast<cudaStream_t>(stream_ptr);
@@ -139,14 +139,22 @@ int launch_transfer(const KernelSegment* table, uint32_t segments, uint64_t bloc
         return static_cast<int>(cudaErrorInvalidValue);
     }
   }
-  if (src == D::kFloat32 && dst == D::kFloat16) return launch<F32, F16>(table, segments, blocks, stream);
-  if (src == D::kFloat16 && dst == D::kFloat32) return launch<F16, F32>(table, segments, blocks, stream);
-  if (src == D::kFloat32 && dst == D::kBFloat16) return launch<F32, BF16>(table, segments, blocks, stream);
-  if (src == D::kBFloat16 && dst == D::kFloat32) return launch<BF16, F32>(table, segments, blocks, stream);
-  if (src == D::kFloat64 && dst == D::kFloat16) return launch<F64, F16>(table, segments, blocks, stream);
-  if (src == D::kFloat16 && dst == D::kFloat64) return launch<F16, F64>(table, segments, blocks, stream);
-  if (src == D::kFloat64 && dst == D::kBFloat16) return launch<F64, BF16>(table, segments, blocks, stream);
-  if (src == D::kBFloat16 && dst == D::kFloat64) return launch<BF16, F64>(table, segments, blocks, stream);
+  if (src == D::kFloat32 && dst == D::kFloat16)
+    return launch<F32, F16>(table, segments, blocks, stream);
+  if (src == D::kFloat16 && dst == D::kFloat32)
+    return launch<F16, F32>(table, segments, blocks, stream);
+  if (src == D::kFloat32 && dst == D::kBFloat16)
+    return launch<F32, BF16>(table, segments, blocks, stream);
+  if (src == D::kBFloat16 && dst == D::kFloat32)
+    return launch<BF16, F32>(table, segments, blocks, stream);
+  if (src == D::kFloat64 && dst == D::kFloat16)
+    return launch<F64, F16>(table, segments, blocks, stream);
+  if (src == D::kFloat16 && dst == D::kFloat64)
+    return launch<F16, F64>(table, segments, blocks, stream);
+  if (src == D::kFloat64 && dst == D::kBFloat16)
+    return launch<F64, BF16>(table, segments, blocks, stream);
+  if (src == D::kBFloat16 && dst == D::kFloat64)
+    return launch<BF16, F64>(table, segments, blocks, stream);
   return static_cast<int>(cudaErrorInvalidValue);
 }
 

@@ -38,7 +38,7 @@ bool kernel_supports(DataType src, DataType dst);
 // Enqueues the kernel on `stream` (a cudaStream_t) over `segments` entries of
 // `table` (device memory) covering `blocks` blocks. Returns the cudaError_t of
 // the launch as an int (0: success).
-int launch_transfer(const KernelSegment* table, uint32_t segments, uint64_t blocks,
-                    DataType src, DataType dst, void* stream);
+int launch_transfer(const KernelSegment* table, uint32_t segments, uint64_t blocks, DataType src,
+                    DataType dst, void* stream);
 
 }  // namespace slurmddp::grad_sync::cuda

@@ -76,6 +76,9 @@ class Device {
 
   // Called once at the start of each background thread (CUDA: selects the device).
   virtual void bind_thread() = 0;
+
+  // The communication stream (a cudaStream_t); null on the host.
+  virtual void* stream() const = 0;
 };
 
 // Host memory; copies with memcpy and the casts of cast.h.

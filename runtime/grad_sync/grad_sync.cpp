@@ -27,6 +27,7 @@
 #include "grad_sync/device.h"
 #include "grad_sync/layout.h"
 #include "slurmddp/error.h"
+#include "slurmddp/nccl_communicator.h"
 
 namespace slurmddp {
 
@@ -58,7 +59,9 @@ bool is_float(DataType t) {
 }
 
 DataType wire_type_for(DataType bucket, Compression c) {
-  if (bucket != DataType::kFloat32 && bucket != DataType::kFloat64) return bucket;
+  if (bucket != DataType::kFloat32 && bucket != DataType::kFloat64) {
+    return bucket;
+  }
   switch (c) {
     case Compression::kNone:
       return bucket;
@@ -70,9 +73,13 @@ DataType wire_type_for(DataType bucket, Compression c) {
   return bucket;
 }
 
-const char* kind_name(DeviceKind k) { return k == DeviceKind::kHost ? "host" : "cuda"; }
+const char* kind_name(DeviceKind k) {
+  return k == DeviceKind::kHost ? "host" : "cuda";
+}
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 // A collective that needs no communication (a bucket of zero-size parameters).
 class DoneWork final : public Work {
@@ -126,6 +133,8 @@ class GradSync::Impl {
   void reset_step_locked();
   void launcher_main();
   void finisher_main();
+  void use_own_stream_for_nccl();
+  void restore_nccl_stream() noexcept;
 
   const std::shared_ptr<Communicator> comm_;
   const std::vector<GradParameter> params_;
@@ -151,7 +160,9 @@ class GradSync::Impl {
   std::vector<size_t> pending_;   // per bucket: parameters not yet marked
   std::vector<char> ready_;       // per bucket: all marked (and bucket_ready done)
   std::vector<WorkHandle> work_;  // per bucket: issued collective
+  std::vector<Clock::time_point> ready_at_;
   std::vector<Clock::time_point> issued_at_;
+  std::vector<Clock::time_point> done_at_;
   size_t launched_ = 0;  // buckets issued in this step (launcher)
   size_t finished_ = 0;  // buckets finished in this step (finisher)
   double bucket_seconds_ = 0;
@@ -161,6 +172,12 @@ class GradSync::Impl {
 
   std::thread launcher_;
   std::thread finisher_;
+
+  // Note [NCCL compute stream].
+  NcclCommunicator* nccl_ = nullptr;
+  std::mutex stream_mutex_;
+  CudaStream saved_stream_ = nullptr;
+  bool stream_swapped_ = false;
 };
 
 // ---- construction --------------------------------------------------------------
@@ -184,7 +201,9 @@ GradSync::Impl::Impl(std::shared_ptr<Communicator> comm, std::vector<GradParamet
     try {
       std::vector<grad_sync::PlanParam> shapes;
       shapes.reserve(params_.size());
-      for (const auto& p : params_) shapes.push_back({p.count, p.dtype, p.device, 0});
+      for (const auto& p : params_) {
+        shapes.push_back({p.count, p.dtype, p.device, 0});
+      }
       plan = grad_sync::plan_buckets(
           shapes, grad_sync::PlanOptions{options_.first_bucket_bytes, options_.bucket_cap_bytes});
     } catch (const InvalidArgument& e) {
@@ -192,6 +211,7 @@ GradSync::Impl::Impl(std::shared_ptr<Communicator> comm, std::vector<GradParamet
     }
   }
   if (comm_->device() == DeviceKind::kCuda) {
+    nccl_ = as_nccl_communicator(comm_.get());
     device_ = grad_sync::make_cuda_device(plan.buckets.size(), options_.cuda_stream);
   } else {
     device_ = grad_sync::make_host_device();
@@ -202,7 +222,9 @@ GradSync::Impl::Impl(std::shared_ptr<Communicator> comm, std::vector<GradParamet
         const auto& p = params_[i];
         const size_t bytes = p.count * grad_sync::dtype_bytes(p.dtype);
         const std::string what = "parameter " + std::to_string(i) + " ('" + param_name(i) + "')";
-        if (p.grad != nullptr) device_->check_pointer(p.grad, bytes, what + " grad");
+        if (p.grad != nullptr) {
+          device_->check_pointer(p.grad, bytes, what + " grad");
+        }
         if (p.data != nullptr && options_.broadcast_parameters) {
           device_->check_pointer(p.data, bytes, what + " data");
         }
@@ -216,25 +238,34 @@ GradSync::Impl::Impl(std::shared_ptr<Communicator> comm, std::vector<GradParamet
   layout.first_bucket_bytes = options_.first_bucket_bytes;
   layout.bucket_cap_bytes = options_.bucket_cap_bytes;
   layout.compression = options_.compression;
-  for (const auto& p : params_) layout.params.push_back({p.name, p.count, p.dtype, p.device});
+  for (const auto& p : params_) {
+    layout.params.push_back({p.name, p.count, p.dtype, p.device});
+  }
   grad_sync::check_layout(*comm_, *device_, layout, local_error, timeout_);
 
   build_buckets(plan);
-  if (options_.broadcast_parameters) broadcast_parameters();
+  if (options_.broadcast_parameters) {
+    broadcast_parameters();
+  }
 
   const size_t nb = buckets_.size();
   marked_.assign(params_.size(), 0);
   ready_.assign(nb, 0);
   work_.assign(nb, nullptr);
+  ready_at_.assign(nb, Clock::time_point{});
   issued_at_.assign(nb, Clock::time_point{});
+  done_at_.assign(nb, Clock::time_point{});
   pending_.resize(nb);
-  for (size_t b = 0; b < nb; ++b) pending_[b] = buckets_[b].params.size();
+  for (size_t b = 0; b < nb; ++b) {
+    pending_[b] = buckets_[b].params.size();
+  }
   launcher_ = std::thread([this] { launcher_main(); });
   finisher_ = std::thread([this] { finisher_main(); });
-  SLURMDDP_LOG_DEBUG(kComponent, "ready: parameters=" << params_.size() << ", buckets=" << nb
-                                 << ", compression=" << to_string(options_.compression)
-                                 << ", views=" << options_.gradient_as_bucket_view
-                                 << ", device=" << kind_name(comm_->device()));
+  SLURMDDP_LOG_DEBUG(kComponent,
+                     "ready: parameters=" << params_.size() << ", buckets=" << nb
+                                          << ", compression=" << to_string(options_.compression)
+                                          << ", views=" << options_.gradient_as_bucket_view
+                                          << ", device=" << kind_name(comm_->device()));
 }
 
 std::string GradSync::Impl::where() const {
@@ -251,32 +282,37 @@ std::string GradSync::Impl::validate_locally() {
     const GradParameter& p = params_[i];
     const std::string who = "parameter " + std::to_string(i) + " ('" + param_name(i) + "') ";
     if (!is_float(p.dtype)) {
-      return head + who + "has a dtype gradients cannot have (float32, float64, float16, "
-                          "bfloat16); dtype=" +
+      return head + who +
+             "has a dtype gradients cannot have (float32, float64, float16, "
+             "bfloat16); dtype=" +
              std::to_string(static_cast<int>(p.dtype)) + where();
     }
     if (p.device != comm_->device()) {
-      return head + who + "is not where the communicator's buffers live; device=" +
-             kind_name(p.device) + ", communicator=" + comm_->backend() + " (" +
-             kind_name(comm_->device()) + ")" + where();
+      return head + who +
+             "is not where the communicator's buffers live; device=" + kind_name(p.device) +
+             ", communicator=" + comm_->backend() + " (" + kind_name(comm_->device()) + ")" +
+             where();
     }
-    if (p.count == 0) continue;
+    if (p.count == 0) {
+      continue;
+    }
     if (options_.gradient_as_bucket_view && p.grad != nullptr) {
       return head + who +
              "has a grad buffer although gradients live in bucket memory "
-             "(gradient_as_bucket_view): use GradSync::gradient(i); grad=set" + where();
+             "(gradient_as_bucket_view): use GradSync::gradient(i); grad=set" +
+             where();
     }
     if (!options_.gradient_as_bucket_view && p.grad == nullptr) {
       return head + who + "has no grad buffer; grad=null, count=" + std::to_string(p.count) +
              where();
     }
     if (options_.broadcast_parameters && p.data == nullptr) {
-      return head + who + "has no data to broadcast from rank 0; data=null, count=" +
-             std::to_string(p.count) + where();
+      return head + who +
+             "has no data to broadcast from rank 0; data=null, count=" + std::to_string(p.count) +
+             where();
     }
   }
-  if (options_.compression != Compression::kNone &&
-      options_.compression != Compression::kFloat16 &&
+  if (options_.compression != Compression::kNone && options_.compression != Compression::kFloat16 &&
       options_.compression != Compression::kBFloat16) {
     return head + "unknown compression; compression=" +
            std::to_string(static_cast<int>(options_.compression)) + where();
@@ -297,7 +333,9 @@ void GradSync::Impl::build_buckets(const grad_sync::BucketPlan& plan) {
     const size_t wes = grad_sync::dtype_bytes(b.wire_type);
     const bool compressed = b.wire_type != b.dtype;
     const bool views = options_.gradient_as_bucket_view;
-    if (views || !compressed) b.storage = device_->allocate(b.count * es);
+    if (views || !compressed) {
+      b.storage = device_->allocate(b.count * es);
+    }
     b.wire = compressed ? device_->allocate(b.count * wes) : b.storage;
 
     if (views && compressed) {
@@ -309,7 +347,9 @@ void GradSync::Impl::build_buckets(const grad_sync::BucketPlan& plan) {
       Transfer out{b.wire_type, b.dtype, {}};
       for (size_t s = 0; s < b.params.size(); ++s) {
         const GradParameter& p = params_[b.params[s]];
-        if (p.count == 0) continue;
+        if (p.count == 0) {
+          continue;
+        }
         void* slot = static_cast<uint8_t*>(b.wire) + b.offsets[s] * wes;
         in.segments.push_back(Segment{p.grad, slot, p.count});
         out.segments.push_back(Segment{slot, p.grad, p.count});
@@ -338,26 +378,36 @@ void GradSync::Impl::broadcast_parameters() {
   for (const auto& b : buckets_) {
     largest = std::max(largest, b.count * grad_sync::dtype_bytes(b.dtype));
   }
-  if (largest == 0) return;
+  if (largest == 0) {
+    return;
+  }
   void* staging = device_->allocate(largest);
   const bool root = comm_->rank() == 0;
   try {
     for (size_t bi = 0; bi < buckets_.size(); ++bi) {
       const Bucket& b = buckets_[bi];
-      if (b.count == 0) continue;
+      if (b.count == 0) {
+        continue;
+      }
       const size_t es = grad_sync::dtype_bytes(b.dtype);
       Transfer in{b.dtype, b.dtype, {}};
       Transfer out{b.dtype, b.dtype, {}};
       for (size_t s = 0; s < b.params.size(); ++s) {
         const GradParameter& p = params_[b.params[s]];
-        if (p.count == 0) continue;
+        if (p.count == 0) {
+          continue;
+        }
         void* slot = static_cast<uint8_t*>(staging) + b.offsets[s] * es;
         in.segments.push_back(Segment{p.data, slot, p.count});
         out.segments.push_back(Segment{slot, p.data, p.count});
       }
-      if (root) device_->run_blocking(device_->add_transfer(std::move(in)));
+      if (root) {
+        device_->run_blocking(device_->add_transfer(std::move(in)));
+      }
       comm_->broadcast(staging, b.count, b.dtype, 0)->wait(timeout_);
-      if (!root) device_->run_blocking(device_->add_transfer(std::move(out)));
+      if (!root) {
+        device_->run_blocking(device_->add_transfer(std::move(out)));
+      }
     }
   } catch (...) {
     device_->release(staging);
@@ -374,12 +424,19 @@ GradSync::Impl::~Impl() {
   }
   launcher_cv_.notify_all();
   finisher_cv_.notify_all();
-  if (launcher_.joinable()) launcher_.join();
-  if (finisher_.joinable()) finisher_.join();
+  if (launcher_.joinable()) {
+    launcher_.join();
+  }
+  if (finisher_.joinable()) {
+    finisher_.join();
+  }
+  restore_nccl_stream();
   // Collectives issued but not finished still use bucket memory: let them end
   // (a broken communicator fails them at once).
   for (size_t b = finished_; b < work_.size(); ++b) {
-    if (!work_[b]) continue;
+    if (!work_[b]) {
+      continue;
+    }
     try {
       work_[b]->wait(timeout_);
     } catch (const std::exception& e) {
@@ -388,18 +445,59 @@ GradSync::Impl::~Impl() {
   }
 }
 
+// ---- the NCCL communicator's compute stream -------------------------------------
+//
+// Note [NCCL compute stream]
+// The NCCL communicator orders each collective after the work queued so far
+// on its compute stream (NcclOptions::compute_stream). For a bucket issued
+// during backward that would be all of backward the CPU has queued by then:
+// the allreduce would start only near the end, hiding nothing. The engine
+// has already made sure the bucket's data is complete before it issues
+// (before_collective), so during a step it points the communicator's compute
+// stream at its own communication stream, which holds nothing but bucket
+// copies, and gives the caller's stream back in wait() (and the destructor).
+
+void GradSync::Impl::use_own_stream_for_nccl() {
+  if (nccl_ == nullptr || device_->stream() == nullptr) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  if (stream_swapped_) {
+    return;
+  }
+  saved_stream_ = nccl_->compute_stream();
+  nccl_->set_compute_stream(static_cast<CudaStream>(device_->stream()));
+  stream_swapped_ = true;
+}
+
+void GradSync::Impl::restore_nccl_stream() noexcept {
+  if (nccl_ == nullptr) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  if (!stream_swapped_) {
+    return;
+  }
+  nccl_->set_compute_stream(saved_stream_);
+  stream_swapped_ = false;
+}
+
 // ---- errors --------------------------------------------------------------------
 
 void GradSync::Impl::record_failure(std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!error_) error_ = std::move(error);
+  if (!error_) {
+    error_ = std::move(error);
+  }
   launcher_cv_.notify_all();
   finisher_cv_.notify_all();
   done_cv_.notify_all();
 }
 
 void GradSync::Impl::fail_locked(std::exception_ptr error) {
-  if (!error_) error_ = std::move(error);
+  if (!error_) {
+    error_ = std::move(error);
+  }
   launcher_cv_.notify_all();
   finisher_cv_.notify_all();
   done_cv_.notify_all();
@@ -410,7 +508,9 @@ void GradSync::Impl::fail_locked(std::exception_ptr error) {
 
 void GradSync::Impl::mark_ready(size_t index) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (error_) std::rethrow_exception(error_);
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
   if (index >= params_.size()) {
     fail_locked(std::make_exception_ptr(InvalidArgument(
         "grad_sync: failed to mark a gradient ready: index out of range; index=" +
@@ -428,9 +528,13 @@ void GradSync::Impl::mark_ready(size_t index) {
   }
   marked_[index] = 1;
   ++marked_count_;
-  if (!step_syncs_) return;
+  if (!step_syncs_) {
+    return;
+  }
   const size_t b = locations_[index].bucket;
-  if (--pending_[b] > 0) return;
+  if (--pending_[b] > 0) {
+    return;
+  }
   lock.unlock();
   try {
     device_->bucket_ready(b, buckets_[b].in);
@@ -440,23 +544,32 @@ void GradSync::Impl::mark_ready(size_t index) {
   }
   lock.lock();
   ready_[b] = 1;
-  if (b == launched_) launcher_cv_.notify_one();
+  ready_at_[b] = Clock::now();
+  if (b == launched_) {
+    launcher_cv_.notify_one();
+  }
 }
 
 void GradSync::Impl::wait() {
   const auto entered = Clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
-  if (error_) std::rethrow_exception(error_);
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
   if (marked_count_ < params_.size()) {
     std::ostringstream os;
     os << "grad_sync: failed to finish the step: " << (params_.size() - marked_count_) << " of "
        << params_.size() << " parameters were not marked ready: ";
     size_t listed = 0;
     for (size_t i = 0; i < params_.size() && listed < 8; ++i) {
-      if (marked_[i]) continue;
+      if (marked_[i]) {
+        continue;
+      }
       os << (listed++ ? ", " : "") << i << " ('" << param_name(i) << "')";
     }
-    if (params_.size() - marked_count_ > listed) os << ", ...";
+    if (params_.size() - marked_count_ > listed) {
+      os << ", ...";
+    }
     os << where();
     fail_locked(std::make_exception_ptr(InvalidArgument(os.str())));
   }
@@ -465,7 +578,10 @@ void GradSync::Impl::wait() {
     return;
   }
   done_cv_.wait(lock, [&] { return error_ || finished_ == buckets_.size(); });
-  if (error_) std::rethrow_exception(error_);
+  restore_nccl_stream();
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
   lock.unlock();
   try {
     device_->end_step();
@@ -478,6 +594,12 @@ void GradSync::Impl::wait() {
   stats_.step_seconds = seconds(now - step_start_);
   stats_.wait_seconds = seconds(now - entered);
   stats_.bucket_seconds = bucket_seconds_;
+  stats_.buckets.resize(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    stats_.buckets[b] = GradBucketTimeline{seconds(ready_at_[b] - step_start_),
+                                           seconds(issued_at_[b] - step_start_),
+                                           seconds(done_at_[b] - step_start_)};
+  }
   reset_step_locked();
 }
 
@@ -485,7 +607,9 @@ void GradSync::Impl::reset_step_locked() {
   step_open_ = false;
   std::fill(marked_.begin(), marked_.end(), 0);
   marked_count_ = 0;
-  for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].params.size();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    pending_[b] = buckets_[b].params.size();
+  }
   std::fill(ready_.begin(), ready_.end(), 0);
   std::fill(work_.begin(), work_.end(), nullptr);
   launched_ = 0;
@@ -497,18 +621,21 @@ void* GradSync::Impl::gradient(size_t index) const {
   if (!options_.gradient_as_bucket_view) {
     throw InvalidArgument(
         "grad_sync: failed to give a gradient view: gradients are not bucket views "
-        "(set gradient_as_bucket_view); index=" + std::to_string(index) + where());
+        "(set gradient_as_bucket_view); index=" +
+        std::to_string(index) + where());
   }
   if (index >= params_.size()) {
-    throw InvalidArgument("grad_sync: failed to give a gradient view: index out of range; "
-                          "index=" + std::to_string(index) + ", parameters=" +
-                          std::to_string(params_.size()) + where());
+    throw InvalidArgument(
+        "grad_sync: failed to give a gradient view: index out of range; "
+        "index=" +
+        std::to_string(index) + ", parameters=" + std::to_string(params_.size()) + where());
   }
-  if (params_[index].count == 0) return nullptr;
+  if (params_[index].count == 0) {
+    return nullptr;
+  }
   const auto& loc = locations_[index];
   const Bucket& b = buckets_[loc.bucket];
-  return static_cast<uint8_t*>(b.storage) +
-         b.offsets[loc.slot] * grad_sync::dtype_bytes(b.dtype);
+  return static_cast<uint8_t*>(b.storage) + b.offsets[loc.slot] * grad_sync::dtype_bytes(b.dtype);
 }
 
 // ---- background threads (Note [Engine threads]) ---------------------------------
@@ -525,18 +652,22 @@ void GradSync::Impl::launcher_main() {
     launcher_cv_.wait(lock, [&] {
       return stopping_ || error_ || (launched_ < buckets_.size() && ready_[launched_]);
     });
-    if (stopping_ || error_) return;
+    if (stopping_ || error_) {
+      return;
+    }
     const size_t b = launched_;
     lock.unlock();
     WorkHandle work;
     std::exception_ptr failure;
-    const auto issued = Clock::now();
+    auto issued = Clock::now();
     try {
       const Bucket& bucket = buckets_[b];
       if (bucket.count == 0) {
         work = std::make_shared<DoneWork>();
       } else {
         device_->before_collective(b, bucket.in);
+        use_own_stream_for_nccl();
+        issued = Clock::now();
         work = comm_->allreduce(bucket.wire, bucket.count, bucket.wire_type, ReduceOp::kAvg);
       }
     } catch (...) {
@@ -544,7 +675,9 @@ void GradSync::Impl::launcher_main() {
     }
     lock.lock();
     if (failure) {
-      if (!error_) error_ = failure;
+      if (!error_) {
+        error_ = failure;
+      }
       finisher_cv_.notify_all();
       done_cv_.notify_all();
       return;
@@ -570,7 +703,9 @@ void GradSync::Impl::finisher_main() {
     });
     // At destruction, collectives already issued are still waited for (in the
     // destructor), so the finisher may leave.
-    if (stopping_ || error_) return;
+    if (stopping_ || error_) {
+      return;
+    }
     const size_t b = finished_;
     WorkHandle work = work_[b];
     lock.unlock();
@@ -584,14 +719,19 @@ void GradSync::Impl::finisher_main() {
     const auto done = Clock::now();
     lock.lock();
     if (failure) {
-      if (!error_) error_ = failure;
+      if (!error_) {
+        error_ = failure;
+      }
       launcher_cv_.notify_all();
       done_cv_.notify_all();
       return;
     }
     bucket_seconds_ += seconds(done - issued_at_[b]);
+    done_at_[b] = done;
     ++finished_;
-    if (finished_ == buckets_.size()) done_cv_.notify_all();
+    if (finished_ == buckets_.size()) {
+      done_cv_.notify_all();
+    }
   }
 }
 
@@ -603,13 +743,29 @@ GradSync::GradSync(std::shared_ptr<Communicator> comm, std::vector<GradParameter
 
 GradSync::~GradSync() = default;
 
-void GradSync::mark_ready(size_t index) { impl_->mark_ready(index); }
-void GradSync::wait() { impl_->wait(); }
-void GradSync::set_sync_enabled(bool enabled) noexcept { impl_->set_sync_enabled(enabled); }
-bool GradSync::sync_enabled() const noexcept { return impl_->sync_enabled(); }
-void* GradSync::gradient(size_t index) const { return impl_->gradient(index); }
-size_t GradSync::num_parameters() const { return impl_->num_parameters(); }
-const std::vector<GradBucketInfo>& GradSync::buckets() const { return impl_->buckets(); }
-GradSyncStepStats GradSync::last_step_stats() const { return impl_->last_step_stats(); }
+void GradSync::mark_ready(size_t index) {
+  impl_->mark_ready(index);
+}
+void GradSync::wait() {
+  impl_->wait();
+}
+void GradSync::set_sync_enabled(bool enabled) noexcept {
+  impl_->set_sync_enabled(enabled);
+}
+bool GradSync::sync_enabled() const noexcept {
+  return impl_->sync_enabled();
+}
+void* GradSync::gradient(size_t index) const {
+  return impl_->gradient(index);
+}
+size_t GradSync::num_parameters() const {
+  return impl_->num_parameters();
+}
+const std::vector<GradBucketInfo>& GradSync::buckets() const {
+  return impl_->buckets();
+}
+GradSyncStepStats GradSync::last_step_stats() const {
+  return impl_->last_step_stats();
+}
 
 }  // namespace slurmddp

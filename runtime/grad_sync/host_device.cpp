@@ -20,7 +20,9 @@ class HostDevice final : public Device {
  public:
   HostDevice() = default;
   ~HostDevice() override {
-    for (auto& [p, bytes] : owned_) std::free(p);
+    for (auto& [p, bytes] : owned_) {
+      std::free(p);
+    }
   }
   HostDevice(const HostDevice&) = delete;
   HostDevice& operator=(const HostDevice&) = delete;
@@ -28,7 +30,9 @@ class HostDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::kHost; }
 
   void* allocate(size_t bytes) override {
-    if (bytes == 0) return nullptr;
+    if (bytes == 0) {
+      return nullptr;
+    }
     const size_t rounded = (bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
     void* p = std::aligned_alloc(kAlignBytes, rounded);
     if (p == nullptr) {
@@ -42,16 +46,24 @@ class HostDevice final : public Device {
   }
 
   void release(void* p) override {
-    if (p == nullptr) return;
+    if (p == nullptr) {
+      return;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
-    if (owned_.erase(p) > 0) std::free(p);
+    if (owned_.erase(p) > 0) {
+      std::free(p);
+    }
   }
 
   void upload(void* dst, const void* src, size_t bytes) override {
-    if (bytes > 0) std::memcpy(dst, src, bytes);
+    if (bytes > 0) {
+      std::memcpy(dst, src, bytes);
+    }
   }
   void download(void* dst, const void* src, size_t bytes) override {
-    if (bytes > 0) std::memcpy(dst, src, bytes);
+    if (bytes > 0) {
+      std::memcpy(dst, src, bytes);
+    }
   }
 
   void check_pointer(const void*, size_t, const std::string&) override {}
@@ -68,12 +80,17 @@ class HostDevice final : public Device {
   void after_collective(size_t, size_t out) override { run(out); }
   void end_step() override {}
   void bind_thread() override {}
+  void* stream() const override { return nullptr; }
 
  private:
   void run(size_t id) const {
-    if (id == kNoTransfer) return;
+    if (id == kNoTransfer) {
+      return;
+    }
     const Transfer& t = transfers_.at(id);
-    for (const Segment& s : t.segments) convert(s.src, t.src_type, s.dst, t.dst_type, s.count);
+    for (const Segment& s : t.segments) {
+      convert(s.src, t.src_type, s.dst, t.dst_type, s.count);
+    }
   }
 
   std::mutex mutex_;
@@ -83,12 +100,15 @@ class HostDevice final : public Device {
 
 }  // namespace
 
-std::unique_ptr<Device> make_host_device() { return std::make_unique<HostDevice>(); }
+std::unique_ptr<Device> make_host_device() {
+  return std::make_unique<HostDevice>();
+}
 
 #if !SLURMDDP_HAVE_CUDA
 std::unique_ptr<Device> make_cuda_device(size_t, void*) {
-  throw Error("grad_sync: failed to use the communicator's CUDA buffers: slurm-ddp was built "
-              "without CUDA");
+  throw Error(
+      "grad_sync: failed to use the communicator's CUDA buffers: slurm-ddp was built "
+      "without CUDA");
 }
 #endif
 

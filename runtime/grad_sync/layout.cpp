@@ -11,14 +11,16 @@ namespace slurmddp::grad_sync {
 
 namespace {
 
-constexpr int64_t kMagic = 0x67736c61796f7531;  // "gslayou1"
-constexpr size_t kHeaderWords = 5;              // magic, first, cap, compression, n
-constexpr size_t kWordsPerParam = 4;            // count, dtype, device, name bytes
-constexpr size_t kSummaryWords = 4;             // ok, digest, n, serialized words
-constexpr size_t kNameWords = 8;                // names in difference records: 64 bytes
+constexpr int64_t kMagic = 0x67736c61796f7531;   // "gslayou1"
+constexpr size_t kHeaderWords = 5;               // magic, first, cap, compression, n
+constexpr size_t kWordsPerParam = 4;             // count, dtype, device, name bytes
+constexpr size_t kSummaryWords = 4;              // ok, digest, n, serialized words
+constexpr size_t kNameWords = 8;                 // names in difference records: 64 bytes
 constexpr size_t kRecordWords = 4 + kNameWords;  // field, param, value0, value, name
 
-const char* head() { return "grad_sync: failed to check the parameter layout: "; }
+const char* head() {
+  return "grad_sync: failed to check the parameter layout: ";
+}
 
 const char* dtype_name(int64_t v) {
   switch (static_cast<DataType>(v)) {
@@ -73,7 +75,9 @@ const char* field_name(LayoutField f) {
 std::string rank_list(const std::vector<int>& ranks) {
   std::ostringstream os;
   os << '[';
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    os << (i ? ", " : "") << ranks[i];
+  }
   os << ']';
   return os.str();
 }
@@ -85,7 +89,9 @@ std::string display_name(const std::string& name, int64_t index) {
 void pack_bytes(const std::string& s, std::vector<int64_t>& words) {
   const size_t first = words.size();
   words.resize(first + (s.size() + 7) / 8, 0);
-  if (!s.empty()) std::memcpy(words.data() + first, s.data(), s.size());
+  if (!s.empty()) {
+    std::memcpy(words.data() + first, s.data(), s.size());
+  }
 }
 
 // Runs a collective on int64 words staged through the device's memory.
@@ -127,9 +133,13 @@ std::vector<int64_t> allgather_words(Communicator& comm, Device& device,
 
 void broadcast_words(Communicator& comm, Device& device, std::vector<int64_t>& words,
                      std::chrono::milliseconds timeout) {
-  if (words.empty()) return;
+  if (words.empty()) {
+    return;
+  }
   Staging buf(device, words.size());
-  if (comm.rank() == 0) buf.put(words, 0);
+  if (comm.rank() == 0) {
+    buf.put(words, 0);
+  }
   comm.broadcast(buf.get(), words.size(), DataType::kInt64, 0)->wait(timeout);
   words = buf.take(words.size());
 }
@@ -185,13 +195,17 @@ LayoutDescription deserialize_layout(const std::vector<int64_t>& w) {
   auto bad = [](const std::string& why) {
     return ProtocolError(std::string(head()) + "rank 0 sent a malformed layout: " + why);
   };
-  if (w.size() < kHeaderWords || w[0] != kMagic) throw bad("bad header");
+  if (w.size() < kHeaderWords || w[0] != kMagic) {
+    throw bad("bad header");
+  }
   LayoutDescription l;
   l.first_bucket_bytes = static_cast<uint64_t>(w[1]);
   l.bucket_cap_bytes = static_cast<uint64_t>(w[2]);
   l.compression = static_cast<Compression>(w[3]);
   const auto n = static_cast<uint64_t>(w[4]);
-  if (n > (w.size() - kHeaderWords) / kWordsPerParam) throw bad("n=" + std::to_string(n));
+  if (n > (w.size() - kHeaderWords) / kWordsPerParam) {
+    throw bad("n=" + std::to_string(n));
+  }
   size_t name_bytes = 0;
   l.params.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -199,12 +213,16 @@ LayoutDescription deserialize_layout(const std::vector<int64_t>& w) {
     l.params[i].count = static_cast<uint64_t>(p[0]);
     l.params[i].dtype = static_cast<DataType>(p[1]);
     l.params[i].device = static_cast<DeviceKind>(p[2]);
-    if (p[3] < 0) throw bad("negative name size");
+    if (p[3] < 0) {
+      throw bad("negative name size");
+    }
     l.params[i].name.resize(static_cast<size_t>(p[3]));
     name_bytes += static_cast<size_t>(p[3]);
   }
   const size_t names_at = kHeaderWords + n * kWordsPerParam;
-  if ((w.size() - names_at) * 8 < name_bytes) throw bad("names truncated");
+  if ((w.size() - names_at) * 8 < name_bytes) {
+    throw bad("names truncated");
+  }
   const auto* bytes = reinterpret_cast<const char*>(w.data() + names_at);
   for (auto& p : l.params) {
     std::memcpy(p.name.data(), bytes, p.name.size());
@@ -313,7 +331,9 @@ void check_layout(Communicator& comm, Device& device, const LayoutDescription& l
   auto at = [&](int r, size_t word) { return all[static_cast<size_t>(r) * kSummaryWords + word]; };
 
   // Step 3.
-  if (!local_error.empty()) throw InvalidArgument(local_error);
+  if (!local_error.empty()) {
+    throw InvalidArgument(local_error);
+  }
   for (int r = 0; r < size; ++r) {
     if (at(r, 0) != 1) {
       throw InvalidArgument(std::string(head()) + "rank " + std::to_string(r) +
@@ -322,12 +342,18 @@ void check_layout(Communicator& comm, Device& device, const LayoutDescription& l
   }
   // Step 2.
   bool same = true;
-  for (int r = 1; r < size; ++r) same = same && at(r, 1) == at(0, 1);
-  if (same) return;
+  for (int r = 1; r < size; ++r) {
+    same = same && at(r, 1) == at(0, 1);
+  }
+  if (same) {
+    return;
+  }
 
   // Step 4.
   std::vector<int64_t> words(static_cast<size_t>(at(0, 3)));
-  if (rank == 0) words = serialized;
+  if (rank == 0) {
+    words = serialized;
+  }
   broadcast_words(comm, device, words, timeout);
   const LayoutDescription rank0 = rank == 0 ? layout : deserialize_layout(words);
   const LayoutDifference mine = first_difference(rank0, layout);
@@ -338,17 +364,22 @@ void check_layout(Communicator& comm, Device& device, const LayoutDescription& l
     my_name = layout.params[static_cast<size_t>(mine.param)].name.substr(0, kNameWords * 8);
   }
   record.resize(kRecordWords, 0);
-  if (!my_name.empty()) std::memcpy(record.data() + 4, my_name.data(), my_name.size());
+  if (!my_name.empty()) {
+    std::memcpy(record.data() + 4, my_name.data(), my_name.size());
+  }
   const auto records = allgather_words(comm, device, record, timeout);
 
   std::vector<int> differing;
   for (int r = 0; r < size; ++r) {
-    if (records[static_cast<size_t>(r) * kRecordWords] != 0) differing.push_back(r);
+    if (records[static_cast<size_t>(r) * kRecordWords] != 0) {
+      differing.push_back(r);
+    }
   }
   if (differing.empty()) {
     throw Error(std::string(head()) +
                 "layout digests differ but no difference was found (rank 0's layout "
-                "did not arrive intact)" + where);
+                "did not arrive intact)" +
+                where);
   }
   const int other = differing.front();
   const int64_t* rec = records.data() + static_cast<size_t>(other) * kRecordWords;

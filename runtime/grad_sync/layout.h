@@ -73,8 +73,7 @@ std::vector<int64_t> serialize_layout(const LayoutDescription& layout);
 // Throws ProtocolError when `words` is not a serialized layout.
 LayoutDescription deserialize_layout(const std::vector<int64_t>& words);
 
-LayoutDifference first_difference(const LayoutDescription& rank0,
-                                  const LayoutDescription& mine);
+LayoutDifference first_difference(const LayoutDescription& rank0, const LayoutDescription& mine);
 
 // "field=value" as printed in messages, e.g. "dtype=float16", "count=12".
 std::string field_text(LayoutField field, int64_t value);

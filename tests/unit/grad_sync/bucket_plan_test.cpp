@@ -17,10 +17,16 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-PlanParam f32(size_t count) { return PlanParam{count, DataType::kFloat32, DeviceKind::kHost, 0}; }
-PlanParam of(size_t count, DataType t) { return PlanParam{count, t, DeviceKind::kHost, 0}; }
+PlanParam f32(size_t count) {
+  return PlanParam{count, DataType::kFloat32, DeviceKind::kHost, 0};
+}
+PlanParam of(size_t count, DataType t) {
+  return PlanParam{count, t, DeviceKind::kHost, 0};
+}
 
-PlanOptions limits(size_t first, size_t cap) { return PlanOptions{first, cap}; }
+PlanOptions limits(size_t first, size_t cap) {
+  return PlanOptions{first, cap};
+}
 
 TEST(BucketPlan, DefaultsAreOneAndTwentyFiveMebibytes) {
   EXPECT_EQ(kFirstBucketBytes, size_t{1} << 20);
@@ -79,8 +85,11 @@ TEST(BucketPlan, AParameterLargerThanTheCapGetsItsOwnBucket) {
 
 TEST(BucketPlan, DtypesAndDevicesNeverShareABucket) {
   std::vector<PlanParam> params = {
-      of(8, DataType::kFloat32), of(8, DataType::kFloat16), of(8, DataType::kFloat32),
-      of(8, DataType::kBFloat16), of(8, DataType::kFloat64),
+      of(8, DataType::kFloat32),
+      of(8, DataType::kFloat16),
+      of(8, DataType::kFloat32),
+      of(8, DataType::kBFloat16),
+      of(8, DataType::kFloat64),
       PlanParam{8, DataType::kFloat32, DeviceKind::kCuda, 0},
       PlanParam{8, DataType::kFloat32, DeviceKind::kCuda, 1},
   };
@@ -102,8 +111,8 @@ TEST(BucketPlan, DtypesAndDevicesNeverShareABucket) {
 }
 
 TEST(BucketPlan, ZeroSizeParametersTakeNoSpace) {
-  const auto plan = plan_buckets({f32(0), f32(3), f32(0), of(0, DataType::kFloat16)},
-                                 limits(1 << 20, 25 << 20));
+  const auto plan =
+      plan_buckets({f32(0), f32(3), f32(0), of(0, DataType::kFloat16)}, limits(1 << 20, 25 << 20));
   ASSERT_EQ(plan.buckets.size(), 2u);
   EXPECT_THAT(plan.buckets[0].params, ElementsAre(3));
   EXPECT_EQ(plan.buckets[0].count, 0u);
@@ -113,10 +122,10 @@ TEST(BucketPlan, ZeroSizeParametersTakeNoSpace) {
 }
 
 TEST(BucketPlan, OffsetsAreAlignedForEveryDtype) {
-  for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                     DataType::kBFloat16}) {
-    const auto plan = plan_buckets({of(1, t), of(3, t), of(33, t), of(7, t)},
-                                   limits(1 << 20, 25 << 20));
+  for (DataType t :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+    const auto plan =
+        plan_buckets({of(1, t), of(3, t), of(33, t), of(7, t)}, limits(1 << 20, 25 << 20));
     ASSERT_EQ(plan.buckets.size(), 1u);
     for (size_t off : plan.buckets[0].offsets) {
       EXPECT_EQ(off * dtype_bytes(t) % kAlignBytes, 0u) << static_cast<int>(t);

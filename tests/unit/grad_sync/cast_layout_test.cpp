@@ -38,8 +38,12 @@ _Float16 half_of(uint16_t u) {
   return h;
 }
 
-bool half_is_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
-bool bf16_is_nan(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0; }
+bool half_is_nan(uint16_t h) {
+  return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0;
+}
+bool bf16_is_nan(uint16_t b) {
+  return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0;
+}
 
 // bfloat16 nearest to x, ties to even, by comparing the two candidates
 // exactly in double (overflow as if the exponent were unbounded).
@@ -67,19 +71,34 @@ uint16_t bf16_reference(double x) {
   if (value(lo) == ax) return sign | lo;
   const double dlo = ax - value(lo);
   const double dhi = value(static_cast<uint16_t>(lo + 1)) - ax;
-  uint16_t pick = dlo < dhi ? lo : dhi < dlo ? static_cast<uint16_t>(lo + 1)
-                                             : ((lo & 1) ? static_cast<uint16_t>(lo + 1) : lo);
+  uint16_t pick = dlo < dhi   ? lo
+                  : dhi < dlo ? static_cast<uint16_t>(lo + 1)
+                              : ((lo & 1) ? static_cast<uint16_t>(lo + 1) : lo);
   if (pick > 0x7f80) pick = 0x7f80;
   return sign | pick;
 }
 
 std::vector<float> interesting_floats() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f,
-                          6.1035156e-05f, 6.0975552e-05f, 5.9604645e-08f, 2.9802322e-08f,
-                          2.9802326e-08f, 1e-10f, std::numeric_limits<float>::max(),
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          65536.0f,
+                          6.1035156e-05f,
+                          6.0975552e-05f,
+                          5.9604645e-08f,
+                          2.9802322e-08f,
+                          2.9802326e-08f,
+                          1e-10f,
+                          std::numeric_limits<float>::max(),
                           std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::denorm_min(), 3.3895314e38f, 3.3961775e38f};
+                          std::numeric_limits<float>::denorm_min(),
+                          3.3895314e38f,
+                          3.3961775e38f};
   std::mt19937 rng(99);
   for (int i = 0; i < 2000000; ++i) v.push_back(from_bits(rng()));
   // Every tie and near-tie of binary16 and bfloat16 in the normal range.
@@ -211,9 +230,10 @@ LayoutDescription layout_of(std::vector<ParamDescription> params) {
 }
 
 TEST(Layout, SerializationRoundTripsNamesIncluded) {
-  auto l = layout_of({{"conv1.weight", 9408, DataType::kFloat32, DeviceKind::kHost},
-                      {"", 0, DataType::kBFloat16, DeviceKind::kCuda},
-                      {"a-name-longer-than-eight-bytes", 7, DataType::kFloat16, DeviceKind::kHost}});
+  auto l =
+      layout_of({{"conv1.weight", 9408, DataType::kFloat32, DeviceKind::kHost},
+                 {"", 0, DataType::kBFloat16, DeviceKind::kCuda},
+                 {"a-name-longer-than-eight-bytes", 7, DataType::kFloat16, DeviceKind::kHost}});
   l.compression = Compression::kFloat16;
   const auto back = deserialize_layout(serialize_layout(l));
   EXPECT_EQ(back.first_bucket_bytes, l.first_bucket_bytes);

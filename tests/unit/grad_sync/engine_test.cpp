@@ -18,12 +18,12 @@ namespace slurmddp {
 namespace {
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using testing::bytes_of;
 using testing::expected_average;
 using testing::FakeGroup;
 using testing::get_value;
 using testing::grad_value;
+using ::testing::HasSubstr;
 using testing::Model;
 using testing::param_value;
 using testing::set_value;
@@ -199,9 +199,11 @@ TEST_P(ExactAverage, EveryRankEndsWithTheExactAverage) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, ExactAverage,
-                         ::testing::Values(AverageCase{1, false, true}, AverageCase{2, false, false},
+                         ::testing::Values(AverageCase{1, false, true},
+                                           AverageCase{2, false, false},
                                            AverageCase{3, false, true}, AverageCase{3, true, true},
-                                           AverageCase{4, true, false}, AverageCase{4, false, true}));
+                                           AverageCase{4, true, false},
+                                           AverageCase{4, false, true}));
 
 TEST(GradSyncEngine, ParametersAreBroadcastFromRankZeroAndGradientViewsStartAtZero) {
   const int ranks = 3;
@@ -338,7 +340,7 @@ TEST(GradSyncEngine, CompressedAveragesStayWithinTheRoundingBound) {
             // Inputs rounded to the wire type (relative u each), the average
             // rounded once more (u of itself), plus the parameter type's own
             // rounding for 16-bit parameters.
-            const double u = compressed ? cs.unit
+            const double u = compressed                ? cs.unit
                              : t == DataType::kFloat16 ? std::ldexp(1.0, -11)
                                                        : std::ldexp(1.0, -8);
             const double bound = u * max_abs + u * std::fabs(avg) + 1e-12;
@@ -418,7 +420,10 @@ TEST(GradSyncLayoutCheck, ADtypeMismatchNamesBothDtypesAndTheLowestDifferingRank
 
 TEST(GradSyncLayoutCheck, AMissingParameterIsNamed) {
   const auto errors = construct_all(
-      2, [](int rank) { return rank == 0 ? f32_layout({5, 6, 7}) : f32_layout({5, 6}); },
+      2,
+      [](int rank) {
+        return rank == 0 ? f32_layout({5, 6, 7}) : f32_layout({5, 6});
+      },
       [](int) { return small_buckets(); });
   for (const auto& e : errors) {
     EXPECT_THAT(e, HasSubstr("parameter 2 ('layer1.weight' on rank 0) is missing on rank 1: "
@@ -428,7 +433,10 @@ TEST(GradSyncLayoutCheck, AMissingParameterIsNamed) {
 
 TEST(GradSyncLayoutCheck, DifferentBucketOptionsAreNamed) {
   const auto errors = construct_all(
-      3, [](int) { return f32_layout({5, 6, 7}); },
+      3,
+      [](int) {
+        return f32_layout({5, 6, 7});
+      },
       [](int rank) {
         auto o = small_buckets();
         if (rank == 2) o.bucket_cap_bytes = 2048;
@@ -628,6 +636,15 @@ TEST(GradSyncEngine, StatsCoverTheLastSynchronizedStep) {
   EXPECT_GE(s.step_seconds, s.wait_seconds);
   EXPECT_GT(s.bucket_seconds, 0.0);
   EXPECT_EQ(sync.num_parameters(), 2u);
+  ASSERT_EQ(s.buckets.size(), sync.buckets().size());
+  double previous_issue = 0;
+  for (const auto& b : s.buckets) {
+    EXPECT_LE(b.ready, b.issued);
+    EXPECT_LE(b.issued, b.done);
+    EXPECT_LE(b.done, s.step_seconds);
+    EXPECT_GE(b.issued, previous_issue);  // issued in bucket order
+    previous_issue = b.issued;
+  }
 }
 
 TEST(GradSyncEngine, MarkReadyMayBeCalledFromSeveralThreads) {
@@ -643,7 +660,8 @@ TEST(GradSyncEngine, MarkReadyMayBeCalledFromSeveralThreads) {
       std::vector<std::thread> markers;
       for (int t = 0; t < 4; ++t) {
         markers.emplace_back([&, t] {
-          for (size_t j = static_cast<size_t>(t); j < order.size(); j += 4) sync.mark_ready(order[j]);
+          for (size_t j = static_cast<size_t>(t); j < order.size(); j += 4)
+            sync.mark_ready(order[j]);
         });
       }
       for (auto& th : markers) th.join();

@@ -44,7 +44,8 @@ class FakeGroup : public std::enable_shared_from_this<FakeGroup> {
   // Blocks until `rank` issued at least `n` calls or `within` passed.
   bool wait_for_calls(int rank, size_t n, std::chrono::milliseconds within) {
     std::unique_lock<std::mutex> lock(mutex_);
-    return cv_.wait_for(lock, within, [&] { return records_[static_cast<size_t>(rank)].size() >= n; });
+    return cv_.wait_for(lock, within,
+                        [&] { return records_[static_cast<size_t>(rank)].size() >= n; });
   }
   // From the n-th collective on (0-based, per rank), every Work fails with PeerError.
   void fail_from(size_t n) {
@@ -121,7 +122,8 @@ class FakeWork final : public Work {
 
 class FakeCommunicator final : public Communicator {
  public:
-  FakeCommunicator(std::shared_ptr<FakeGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  FakeCommunicator(std::shared_ptr<FakeGroup> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return group_->size_; }
   const char* backend() const override { return "fake"; }
@@ -240,9 +242,9 @@ inline void FakeGroup::complete(Slot& slot) {
       if (c.op == ReduceOp::kAvg) {
         // Sum then divide in the reduction type, as Gloo does (float32 for
         // 16-bit and float32 data).
-        v = c.type == DataType::kFloat64 ? v / static_cast<double>(size_)
-                                         : static_cast<double>(static_cast<float>(v) /
-                                                               static_cast<float>(size_));
+        v = c.type == DataType::kFloat64
+                ? v / static_cast<double>(size_)
+                : static_cast<double>(static_cast<float>(v) / static_cast<float>(size_));
       }
       for (size_t r = 0; r < ranks; ++r) put(slot.buffers[r], i, v);
     }
@@ -255,7 +257,8 @@ inline void FakeGroup::complete(Slot& slot) {
   } else if (c.kind == "allgather") {
     for (size_t r = 0; r < ranks; ++r) {
       for (size_t q = 0; q < ranks; ++q) {
-        if (n > 0) std::memcpy(static_cast<uint8_t*>(slot.buffers[r]) + q * n * es, slot.sends[q], n * es);
+        if (n > 0)
+          std::memcpy(static_cast<uint8_t*>(slot.buffers[r]) + q * n * es, slot.sends[q], n * es);
       }
     }
   }

@@ -86,7 +86,8 @@ inline double real_value(int rank, size_t param, size_t k) {
 
 // Parameter values rank r starts with (rank 0's must win the broadcast).
 inline double param_value(int rank, size_t param, size_t k) {
-  return static_cast<double>((rank * 1000 + static_cast<int>(param) * 10 + static_cast<int>(k % 10)) % 2000);
+  return static_cast<double>(
+      (rank * 1000 + static_cast<int>(param) * 10 + static_cast<int>(k % 10)) % 2000);
 }
 
 struct Shape {

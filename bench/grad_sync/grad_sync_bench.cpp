@@ -1,0 +1,730 @@
+// Gradient synchronization benchmark: slurm-ddp's GradSync against one flat
+// allreduce of the same bytes and against torch DDP (CPU, gloo), side by side
+// in one run, on the parameter-size distributions of ResNet-50 and BERT-base.
+//
+//   grad_sync_bench [--ranks N] [--models resnet50,bert] [--reps-resnet50 R]
+//                   [--reps-bert R] [--compute-resnet50 S] [--compute-bert S]
+//                   [--modes busy,work,idle] [--torch auto|off] [--python PATH]
+//
+// The launcher starts N ranks of this program (--worker) and, when a Python
+// with torch is found (--python, else SLURMDDP_TORCH_PYTHON, else
+// /usr/bin/python3, Debian's python3-torch), N ranks of torch_ddp_worker.py.
+// Both groups stay alive; the launcher sends one command at a time and
+// alternates experiments and engines within every repetition, so that the
+// figures compared were measured under the same load (this machine is shared
+// and noisy). Every repetition starts after a barrier; times are rank 0's;
+// the table shows medians with [min-max] and rank 0's median CPU time.
+//
+// Experiments:
+//   flat allreduce        one allreduce (avg) of a buffer as large as all gradients
+//   sync (views|copies)   all gradients ready, then mark_ready in reverse order
+//                         and wait(): gradients in bucket memory, or copied in
+//                         and out of buckets
+//   <mode> backward alone the simulated backward (Note [Simulated backward])
+//   <mode> backward+sync  the same with mark_ready after each gradient and wait()
+// torch: flat all_reduce, backward of the plain module, backward of DDP
+// (default: gradients copied into buckets) and DDP with gradient_as_bucket_view.
+//
+// Derived: overhead = backward+sync - backward alone; hidden = 1 - overhead /
+// communication, communication being our sync (views) time, and for torch its
+// flat all_reduce time (DDP's sync cannot be timed alone).
+//
+// Note [Simulated backward]
+// Backward runs from the last parameter to the first; parameter i's gradient
+// is written (count_i floats) and marked ready once its share of the
+// backward, compute_seconds * count_i / total, has passed. Three modes:
+//   busy  the CPU computes (C++: multiply-adds in registers; torch: small
+//         matmuls) until parameter i's point in a fixed schedule measured
+//         from the start of backward: backward keeps one core busy for
+//         compute_seconds whatever else runs, like an accelerator backward
+//         with a spinning host thread, and robust to other tenants' load.
+//   work  a fixed amount of that arithmetic per parameter, calibrated to
+//         compute_seconds on an idle core (the ranks average their rates):
+//         a real CPU backward, which every CPU cycle communication takes
+//         slows down, and every other tenant too.
+//   idle  sleeps until parameter i's point in the schedule (backward on an
+//         accelerator, the CPU free for communication).
+// Both engines run the same schedule, so their overheads compare directly.
+//
+// The cpu(ms) column is the CPU time rank 0's process used during the
+// experiment (all threads, user + system): with as many cores as ranks,
+// communication can hide behind a CPU-bound backward only as far as it
+// leaves the CPU idle.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "child.h"
+#include "models.h"
+#include "slurmddp/error.h"
+#include "slurmddp/gloo_communicator.h"
+#include "slurmddp/grad_sync.h"
+#include "slurmddp/tcp_store.h"
+#include "slurmddp_config.h"
+
+namespace slurmddp::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// ---- the simulated backward (Note [Simulated backward]) ---------------------------
+
+float g_sink = 0;
+
+// One unit of simulated work: 4096 multiply-adds on registers.
+void work_block(float* acc) {
+  for (int k = 0; k < 256; ++k) {
+    for (int j = 0; j < 16; ++j) acc[j] = acc[j] * 0.9999999f + 0.5f;
+  }
+}
+
+void burn_work(double blocks) {
+  float acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = static_cast<float>(j);
+  for (double b = 0; b < blocks; b += 1) work_block(acc);
+  for (int j = 0; j < 16; ++j) g_sink += acc[j];
+}
+
+// Blocks of work per second on this core, now.
+double calibrate() {
+  float acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = static_cast<float>(j);
+  const auto start = Clock::now();
+  double blocks = 0;
+  while (seconds_since(start) < 0.3) {
+    for (int i = 0; i < 64; ++i) work_block(acc);
+    blocks += 64;
+  }
+  for (int j = 0; j < 16; ++j) g_sink += acc[j];
+  return blocks / seconds_since(start);
+}
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// ---- a worker rank ----------------------------------------------------------------
+
+class Worker {
+ public:
+  Worker(int rank, int size, uint16_t port) : rank_(rank), size_(size) {
+    TcpStoreOptions so;
+    so.host = "127.0.0.1";
+    so.port = port;
+    so.is_server = rank == 0;
+    so.timeout = 120s;
+    so.server.bind_host = "127.0.0.1";
+    store_ = make_tcp_store(so);
+    if (rank == 0) std::cout << "port " << store_->port() << std::endl;
+    GlooOptions go;
+    go.rank = rank;
+    go.size = size;
+    go.store = store_;
+    go.hostname = "127.0.0.1";
+    go.timeout = 300s;
+    comm_ = make_gloo_communicator(go);
+  }
+
+  void serve() {
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      std::istringstream is(line);
+      std::string cmd;
+      is >> cmd;
+      try {
+        if (cmd == "quit") break;
+        if (cmd == "setup") {
+          std::string model;
+          double compute = 0;
+          is >> model >> compute;
+          setup(model, compute);
+        } else if (cmd == "run") {
+          std::string what;
+          is >> what;
+          const double cpu = cpu_seconds();
+          const double t = run(what);
+          std::cout << "ok " << t << " " << cpu_seconds() - cpu << std::endl;
+        } else {
+          std::cout << "error unknown command " << cmd << std::endl;
+        }
+      } catch (const std::exception& e) {
+        std::string m = e.what();
+        std::replace(m.begin(), m.end(), '\n', ' ');
+        std::cout << "error " << m << std::endl;
+      }
+    }
+    comm_->barrier()->wait(300s);
+  }
+
+ private:
+  void barrier() { comm_->barrier()->wait(300s); }
+
+  void setup(const std::string& model, double compute_seconds) {
+    views_.reset();
+    copies_.reset();
+    specs_ = model_by_name(model);
+    if (specs_.empty()) throw InvalidArgument("bench: unknown model " + model);
+    const size_t total = total_count(specs_);
+    // Note [Simulated backward]: the same work on every rank.
+    double rate = calibrate();
+    comm_->allreduce(&rate, 1, DataType::kFloat64, ReduceOp::kAvg)->wait(300s);
+    seconds_.clear();
+    blocks_.clear();
+    for (const auto& s : specs_) {
+      const double sec =
+          compute_seconds * static_cast<double>(s.count) / static_cast<double>(total);
+      seconds_.push_back(sec);
+      blocks_.push_back(sec * rate);
+    }
+    flat_.assign(total, 1.0f);
+    params_.assign(specs_.size(), {});
+    grads_.assign(specs_.size(), {});
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      params_[i].assign(specs_[i].count, 0.0f);
+      grads_[i].assign(specs_[i].count, 0.0f);
+    }
+    std::vector<GradParameter> v;
+    std::vector<GradParameter> c;
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      GradParameter p;
+      p.name = specs_[i].name;
+      p.data = params_[i].data();
+      p.count = specs_[i].count;
+      v.push_back(p);
+      p.grad = grads_[i].data();
+      c.push_back(p);
+    }
+    GradSyncOptions vo;
+    vo.gradient_as_bucket_view = true;
+    views_ = std::make_unique<GradSync>(comm_, v, vo);
+    copies_ = std::make_unique<GradSync>(comm_, c, GradSyncOptions{});
+    // Correctness once: integer-valued gradients average exactly.
+    size_t wrong = check(*views_, true) + check(*copies_, false);
+    comm_->allreduce(flat_.data(), flat_.size(), DataType::kFloat32, ReduceOp::kAvg)->wait(300s);
+    for (float x : flat_) wrong += x != 1.0f;
+    std::cout << "ok " << wrong << " " << views_->buckets().size();
+    for (const auto& b : views_->buckets()) std::cout << " " << b.wire_bytes;
+    std::cout << std::endl;
+  }
+
+  float* grad(GradSync& s, bool views, size_t i) {
+    return views ? static_cast<float*>(s.gradient(i)) : grads_[i].data();
+  }
+
+  size_t check(GradSync& s, bool views) {
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      float* g = grad(s, views, i);
+      for (size_t k = 0; k < specs_[i].count; ++k) {
+        g[k] = static_cast<float>((rank_ * 3 + static_cast<int>(k % 7)) % 11);
+      }
+    }
+    for (size_t i = specs_.size(); i-- > 0;) s.mark_ready(i);
+    s.wait();
+    size_t wrong = 0;
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const float* g = grad(s, views, i);
+      for (size_t k = 0; k < specs_[i].count; ++k) {
+        float sum = 0;
+        for (int r = 0; r < size_; ++r)
+          sum += static_cast<float>((r * 3 + static_cast<int>(k % 7)) % 11);
+        wrong += g[k] != sum / static_cast<float>(size_);
+      }
+    }
+    return wrong;
+  }
+
+  // One simulated backward (Note [Simulated backward]); with `sync`,
+  // mark_ready after each gradient, then wait().
+  void backward(GradSync* sync, bool views, const std::string& mode) {
+    const auto t0 = Clock::now();
+    double done_at = 0;
+    float acc[16];
+    for (int j = 0; j < 16; ++j) acc[j] = static_cast<float>(j);
+    for (size_t i = specs_.size(); i-- > 0;) {
+      done_at += seconds_[i];
+      const auto until =
+          t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(done_at));
+      if (mode == "work") {
+        burn_work(blocks_[i]);
+      } else if (mode == "idle") {
+        std::this_thread::sleep_until(until);
+      } else {
+        while (Clock::now() < until) work_block(acc);
+      }
+      float* g = views ? static_cast<float*>(views_->gradient(i)) : grads_[i].data();
+      std::fill(g, g + specs_[i].count, 0.5f);
+      if (sync != nullptr) sync->mark_ready(i);
+    }
+    for (int j = 0; j < 16; ++j) g_sink += acc[j];
+    if (sync != nullptr) {
+      sync->wait();
+      if (rank_ == 0 && std::getenv("GRAD_SYNC_BENCH_TRACE") != nullptr) {
+        const auto st = sync->last_step_stats();
+        std::fprintf(stderr,
+                     "trace %s: step %.1f ms, wait %.1f ms; per bucket ready/issued/done ms:",
+                     mode.c_str(), st.step_seconds * 1e3, st.wait_seconds * 1e3);
+        for (const auto& b : st.buckets) {
+          std::fprintf(stderr, " [%.1f %.1f %.1f]", b.ready * 1e3, b.issued * 1e3, b.done * 1e3);
+        }
+        std::fprintf(stderr, "\n");
+      }
+    }
+  }
+
+  // flat | views | copies | <mode> | <mode>_views | <mode>_copies
+  double run(const std::string& what) {
+    barrier();
+    const auto start = Clock::now();
+    if (what == "flat") {
+      comm_->allreduce(flat_.data(), flat_.size(), DataType::kFloat32, ReduceOp::kAvg)->wait(300s);
+    } else if (what == "views" || what == "copies") {
+      GradSync& s = what == "views" ? *views_ : *copies_;
+      for (size_t i = specs_.size(); i-- > 0;) s.mark_ready(i);
+      s.wait();
+    } else {
+      const auto us = what.find('_');
+      const std::string mode = what.substr(0, us);
+      const std::string sync = us == std::string::npos ? "" : what.substr(us + 1);
+      if (mode != "busy" && mode != "work" && mode != "idle") {
+        throw InvalidArgument("bench: unknown experiment " + what);
+      }
+      if (sync.empty()) {
+        backward(nullptr, true, mode);
+      } else if (sync == "views") {
+        backward(views_.get(), true, mode);
+      } else if (sync == "copies") {
+        backward(copies_.get(), false, mode);
+      } else {
+        throw InvalidArgument("bench: unknown experiment " + what);
+      }
+    }
+    return seconds_since(start);
+  }
+
+  const int rank_;
+  const int size_;
+  std::shared_ptr<TcpStore> store_;
+  std::shared_ptr<Communicator> comm_;
+  std::vector<ParamSpec> specs_;
+  std::vector<double> seconds_;
+  std::vector<double> blocks_;
+  std::vector<float> flat_;
+  std::vector<std::vector<float>> params_;
+  std::vector<std::vector<float>> grads_;
+  std::unique_ptr<GradSync> views_;
+  std::unique_ptr<GradSync> copies_;
+};
+
+// ---- the launcher -------------------------------------------------------------------
+
+struct Options {
+  int ranks = 2;
+  std::vector<std::string> models = {"resnet50", "bert"};
+  std::map<std::string, int> reps = {{"resnet50", 15}, {"bert", 7}};
+  std::map<std::string, double> compute = {{"resnet50", 1.0}, {"bert", 2.0}};
+  bool torch = true;
+  std::string python;
+  std::vector<std::string> modes;  // empty: per model (bert: busy only)
+};
+
+// A group of worker processes that answer one line per command.
+class Group {
+ public:
+  Group(std::string name, std::vector<std::unique_ptr<Child>> ranks)
+      : name_(std::move(name)), ranks_(std::move(ranks)) {}
+
+  // Sends `cmd` to every rank; returns rank 0's reply (after "ok ").
+  std::string command(const std::string& cmd, std::chrono::milliseconds within) {
+    for (auto& r : ranks_) r->send(cmd);
+    std::string first;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const auto line = ranks_[r]->read_line(within);
+      if (!line)
+        throw std::runtime_error(name_ + " rank " + std::to_string(r) + ": no reply to '" + cmd +
+                                 "'");
+      if (line->rfind("ok", 0) != 0) {
+        throw std::runtime_error(name_ + " rank " + std::to_string(r) + ": '" + cmd +
+                                 "': " + *line);
+      }
+      if (r == 0) first = line->size() > 3 ? line->substr(3) : "";
+    }
+    return first;
+  }
+
+  void quit() {
+    for (auto& r : ranks_) {
+      try {
+        r->send("quit");
+      } catch (const std::exception&) {
+      }
+    }
+    ranks_.clear();
+  }
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<Child>> ranks_;
+};
+
+uint16_t free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    throw std::runtime_error("bench: failed to find a free port");
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string self_path() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw std::runtime_error("bench: cannot find my own executable");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+bool python_has_torch(const std::string& python) {
+  const std::string cmd = python + " -c 'import torch' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+struct Sample {
+  double wall = 0;
+  double cpu = 0;
+};
+
+struct Stat {
+  double median = 0, min = 0, max = 0;
+  double cpu = 0;  // median CPU time
+};
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+Stat stat_of(const std::vector<Sample>& samples) {
+  Stat s;
+  if (samples.empty()) return s;
+  std::vector<double> wall;
+  std::vector<double> cpu;
+  for (const auto& x : samples) {
+    wall.push_back(x.wall);
+    cpu.push_back(x.cpu);
+  }
+  s.median = median_of(wall);
+  s.cpu = median_of(cpu);
+  s.min = *std::min_element(wall.begin(), wall.end());
+  s.max = *std::max_element(wall.begin(), wall.end());
+  return s;
+}
+
+Sample parse_sample(const std::string& reply) {
+  std::istringstream is(reply);
+  Sample x;
+  is >> x.wall >> x.cpu;
+  return x;
+}
+
+int launch(const Options& o) {
+  const std::string self = self_path();
+  std::printf("# slurm-ddp %s grad_sync_bench: %d ranks (processes) on loopback, CPU, Gloo\n",
+              SLURMDDP_VERSION, o.ranks);
+  std::printf("# host cores: %u, load average at start: %s\n", std::thread::hardware_concurrency(),
+              load_average().c_str());
+
+  // Our ranks.
+  std::vector<std::unique_ptr<Child>> ours;
+  ours.push_back(std::make_unique<Child>(
+      std::vector<std::string>{self, "--worker", "0", std::to_string(o.ranks), "0"}));
+  const auto port_line = ours[0]->read_line(120s);
+  if (!port_line || port_line->rfind("port ", 0) != 0)
+    throw std::runtime_error("bench: rank 0 did not start");
+  const std::string port = port_line->substr(5);
+  for (int r = 1; r < o.ranks; ++r) {
+    ours.push_back(std::make_unique<Child>(std::vector<std::string>{
+        self, "--worker", std::to_string(r), std::to_string(o.ranks), port}));
+  }
+  Group slurm("slurm-ddp", std::move(ours));
+
+  // torch's ranks.
+  std::unique_ptr<Group> torch;
+  std::string python = o.python;
+  if (python.empty()) {
+    const char* env = std::getenv("SLURMDDP_TORCH_PYTHON");
+    python = env != nullptr && *env != '\0' ? env : "/usr/bin/python3";
+  }
+  if (o.torch && python_has_torch(python)) {
+    const std::string tport = std::to_string(free_port());
+    std::vector<std::unique_ptr<Child>> ranks;
+    for (int r = 0; r < o.ranks; ++r) {
+      ranks.push_back(std::make_unique<Child>(std::vector<std::string>{
+          python, TORCH_WORKER, std::to_string(r), std::to_string(o.ranks), tport}));
+    }
+    // Each rank prints "ok 0 torch=<version>" once connected.
+    std::string version;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const auto line = ranks[r]->read_line(300s);
+      if (!line || line->rfind("ok", 0) != 0)
+        throw std::runtime_error("bench: torch rank did not start");
+      if (r == 0) version = line->substr(line->find("torch=") + 6);
+    }
+    std::printf("# torch %s (%s), DistributedDataParallel on gloo, 1 intra-op thread\n",
+                version.c_str(), python.c_str());
+    torch = std::make_unique<Group>("torch", std::move(ranks));
+  } else {
+    std::printf("# torch: not run (%s)\n",
+                o.torch ? ("no torch for " + python).c_str() : "--torch off");
+  }
+
+  bool all_pass = true;
+  for (const auto& model : o.models) {
+    const auto specs = model_by_name(model);
+    if (specs.empty()) throw std::runtime_error("bench: unknown model " + model);
+    const size_t total = total_count(specs);
+    const double compute = o.compute.at(model);
+    const int reps = o.reps.at(model);
+    const std::vector<std::string> modes =
+        o.modes.empty() ? (model == "bert" ? std::vector<std::string>{"busy"}
+                                           : std::vector<std::string>{"busy", "work", "idle"})
+                        : o.modes;
+    const std::string setup = slurm.command("setup " + model + " " + std::to_string(compute), 600s);
+    std::istringstream ss(setup);
+    size_t wrong = 0;
+    size_t buckets = 0;
+    ss >> wrong >> buckets;
+    std::string bucket_sizes;
+    for (size_t b = 0; b < buckets; ++b) {
+      size_t bytes = 0;
+      ss >> bytes;
+      bucket_sizes += (b ? ", " : "") + std::to_string(bytes);
+    }
+    std::string layout_file;
+    if (torch) {
+      const char* tmp = std::getenv("TMPDIR");
+      layout_file = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                    "/grad_sync_bench_" + std::to_string(getpid()) + "_" + model + ".txt";
+      std::ofstream f(layout_file);
+      for (const auto& sp : specs) f << sp.count << "\n";
+      f.close();
+      torch->command("setup " + layout_file + " " + std::to_string(compute) + " 1", 900s);
+    }
+    std::vector<std::string> our_exps = {"flat", "views", "copies"};
+    std::vector<std::string> torch_exps = {"flat"};
+    for (const auto& m : modes) {
+      our_exps.insert(our_exps.end(), {m, m + "_views"});
+      if (m == "busy") our_exps.push_back(m + "_copies");
+      torch_exps.insert(torch_exps.end(), {m, "ddp_" + m, "ddpv_" + m});
+    }
+    std::map<std::string, std::vector<Sample>> t_ours;
+    std::map<std::string, std::vector<Sample>> t_torch;
+    // An untimed warm-up round, then `reps` rounds alternating engines.
+    for (int rep = -1; rep < reps; ++rep) {
+      const size_t n = std::max(our_exps.size(), torch_exps.size());
+      for (size_t e = 0; e < n; ++e) {
+        if (e < our_exps.size()) {
+          const Sample t = parse_sample(slurm.command("run " + our_exps[e], 600s));
+          if (rep >= 0) t_ours[our_exps[e]].push_back(t);
+        }
+        if (torch && e < torch_exps.size()) {
+          const Sample t = parse_sample(torch->command("run " + torch_exps[e], 600s));
+          if (rep >= 0) t_torch[torch_exps[e]].push_back(t);
+        }
+      }
+    }
+    if (!layout_file.empty()) unlink(layout_file.c_str());
+
+    const double bytes = static_cast<double>(total) * 4;
+    const double busbw_factor = 2.0 * (o.ranks - 1) / o.ranks;
+    std::printf(
+        "#\n# %s: %zu tensors, %zu parameters, %.0f bytes of float32 gradients; %d ranks; "
+        "simulated backward %.2f s; %d repetitions; %zu buckets (1 MiB first, 25 MiB cap); "
+        "busbw in GB/s\n",
+        model.c_str(), specs.size(), total, bytes, o.ranks, compute, reps, buckets);
+    std::printf("# %s bucket bytes in launch order: %s\n", model.c_str(), bucket_sizes.c_str());
+    std::printf("# %-10s %-30s %11s %9s %9s %8s %7s %7s %12s %7s %6s\n", "engine", "experiment",
+                "median(ms)", "min(ms)", "max(ms)", "cpu(ms)", "busbw", "vs_flat", "overhead(ms)",
+                "hidden", "#wrong");
+    const double nan = std::nan("");
+    const Stat flat = stat_of(t_ours["flat"]);
+    auto row = [&](const char* engine, const std::string& what, const Stat& st, bool comm_row,
+                   double overhead, double comm, long wrong_count) {
+      char busbw[32] = "";
+      char vs[32] = "";
+      char ov[32] = "";
+      char hid[32] = "";
+      char wr[32] = "";
+      if (comm_row) {
+        std::snprintf(busbw, sizeof busbw, "%.3f", bytes * busbw_factor / st.median / 1e9);
+        std::snprintf(vs, sizeof vs, "%.3f", st.median / flat.median);
+      }
+      if (!std::isnan(overhead)) {
+        std::snprintf(ov, sizeof ov, "%.1f", overhead * 1e3);
+        std::snprintf(hid, sizeof hid, "%.0f%%", (1 - overhead / comm) * 100);
+      }
+      if (wrong_count >= 0) std::snprintf(wr, sizeof wr, "%ld", wrong_count);
+      std::printf("  %-10s %-30s %11.1f %9.1f %9.1f %8.1f %7s %7s %12s %7s %6s\n", engine,
+                  what.c_str(), st.median * 1e3, st.min * 1e3, st.max * 1e3, st.cpu * 1e3, busbw,
+                  vs, ov, hid, wr);
+    };
+    const long w = static_cast<long>(wrong);
+    const Stat sync_v = stat_of(t_ours["views"]);
+    const Stat sync_c = stat_of(t_ours["copies"]);
+    row("slurm-ddp", "flat allreduce", flat, true, nan, 0, w);
+    row("slurm-ddp", "sync (views)", sync_v, true, nan, 0, w);
+    row("slurm-ddp", "sync (copies)", sync_c, true, nan, 0, w);
+    std::map<std::string, double> our_overhead;
+    for (const auto& m : modes) {
+      const Stat alone = stat_of(t_ours[m]);
+      const Stat v = stat_of(t_ours[m + "_views"]);
+      our_overhead[m] = v.median - alone.median;
+      row("slurm-ddp", m + " backward alone", alone, false, nan, 0, -1);
+      row("slurm-ddp", m + " backward+sync (views)", v, false, v.median - alone.median,
+          sync_v.median, -1);
+      if (t_ours.count(m + "_copies") != 0) {
+        const Stat c = stat_of(t_ours[m + "_copies"]);
+        row("slurm-ddp", m + " backward+sync (copies)", c, false, c.median - alone.median,
+            sync_c.median, -1);
+      }
+    }
+    std::map<std::string, double> torch_overhead;
+    if (torch) {
+      const Stat tf = stat_of(t_torch["flat"]);
+      row("torch", "flat all_reduce", tf, true, nan, 0, -1);
+      for (const auto& m : modes) {
+        const Stat alone = stat_of(t_torch[m]);
+        const Stat d = stat_of(t_torch["ddp_" + m]);
+        const Stat dv = stat_of(t_torch["ddpv_" + m]);
+        torch_overhead[m] = d.median - alone.median;
+        row("torch", m + " backward alone", alone, false, nan, 0, -1);
+        row("torch", m + " ddp backward", d, false, d.median - alone.median, tf.median, -1);
+        row("torch", m + " ddp backward (views)", dv, false, dv.median - alone.median, tf.median,
+            -1);
+      }
+    }
+    // The targets, stated for this run.
+    const double ratio = sync_v.median / flat.median;
+    std::printf("# %s targets: sync (views)/flat %.3f (<= 1.25: %s)", model.c_str(), ratio,
+                ratio <= 1.25 ? "met" : "missed");
+    for (const auto& m : modes) {
+      const double hidden = 1 - our_overhead[m] / sync_v.median;
+      std::printf("; %s hidden %.0f%% (>= 70%%: %s)", m.c_str(), hidden * 100,
+                  hidden >= 0.70 ? "met" : "missed");
+      if (torch) {
+        std::printf(", overhead %.1f ms vs torch DDP %.1f ms (%s)", our_overhead[m] * 1e3,
+                    torch_overhead[m] * 1e3,
+                    our_overhead[m] < torch_overhead[m] ? "beaten" : "not beaten");
+      }
+    }
+    std::printf("\n");
+    if (wrong != 0) all_pass = false;
+    std::fflush(stdout);
+  }
+  std::printf("# load average at end: %s\n", load_average().c_str());
+  slurm.quit();
+  if (torch) torch->quit();
+  return all_pass ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace slurmddp::bench
+
+int main(int argc, char** argv) {
+  using namespace slurmddp::bench;
+  try {
+    if (argc == 5 && std::strcmp(argv[1], "--worker") == 0) {
+      Worker w(std::atoi(argv[2]), std::atoi(argv[3]), static_cast<uint16_t>(std::atoi(argv[4])));
+      w.serve();
+      return 0;
+    }
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::runtime_error("bench: " + a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--ranks") {
+        o.ranks = std::stoi(value());
+      } else if (a == "--models") {
+        o.models.clear();
+        std::stringstream ss(value());
+        std::string m;
+        while (std::getline(ss, m, ',')) o.models.push_back(m);
+      } else if (a.rfind("--reps-", 0) == 0) {
+        o.reps[a.substr(7)] = std::stoi(value());
+      } else if (a.rfind("--compute-", 0) == 0) {
+        o.compute[a.substr(10)] = std::stod(value());
+      } else if (a == "--torch") {
+        o.torch = value() != "off";
+      } else if (a == "--python") {
+        o.python = value();
+      } else if (a == "--modes") {
+        o.modes.clear();
+        std::stringstream ss(value());
+        std::string m;
+        while (std::getline(ss, m, ',')) {
+          if (m != "busy" && m != "work" && m != "idle") {
+            throw std::runtime_error("bench: unknown mode " + m + " (busy, work, idle)");
+          }
+          o.modes.push_back(m);
+        }
+      } else {
+        std::fprintf(stderr,
+                     "grad_sync_bench: unknown option %s (see the header of "
+                     "bench/grad_sync/grad_sync_bench.cpp)\n",
+                     a.c_str());
+        return 2;
+      }
+    }
+    for (const auto& m : o.models) {
+      if (o.reps.count(m) == 0 || o.compute.count(m) == 0) {
+        std::fprintf(stderr, "grad_sync_bench: unknown model %s (resnet50, bert)\n", m.c_str());
+        return 2;
+      }
+    }
+    return launch(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "grad_sync_bench: %s\n", e.what());
+    return 1;
+  }
+}
