@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/log.h"
+#include "env/identity.h"
 #include "env/pmix_identity.h"
 #include "error.h"
 #include "hostlist.h"
@@ -123,7 +124,7 @@ ProcessIdentity from_torchrun(const EnvReader& env, IdentitySource source) {
 }
 
 // Source 3: bare Slurm variables, through the plugin's own rules.
-ProcessIdentity from_slurm(const EnvReader& env) {
+ProcessIdentity from_slurm(const EnvReader& env, const launch::NetworkView& net) {
   return checked([&] {
     auto req = [&](const char* name) {
       auto v = env(name);
@@ -169,7 +170,7 @@ ProcessIdentity from_slurm(const EnvReader& env) {
     auto lookup = [&](const char* n) { return env(n); };
     launch::Settings s =
         launch::resolve_settings({}, lookup, launch::PlugstackConfig{}, launch::step_name(f));
-    launch::StepPlan plan = launch::plan_step(s, f);
+    launch::StepPlan plan = launch::plan_step(s, f, net);
 
     ProcessIdentity id;
     id.source = IdentitySource::kSlurm;
@@ -228,6 +229,10 @@ std::string ProcessIdentity::describe() const {
 }
 
 ProcessIdentity identity_from_environment(const EnvReader& env) {
+  return identity_from_environment(env, launch::NetworkView{});
+}
+
+ProcessIdentity identity_from_environment(const EnvReader& env, const launch::NetworkView& net) {
   bool plugin_vars = env(launch::kEnvStep).has_value();
   if (plugin_vars) {
     auto current = slurm_step(env);
@@ -235,14 +240,14 @@ ProcessIdentity identity_from_environment(const EnvReader& env) {
       SLURMDDP_LOG_WARN(kComponent, "ignoring RANK, MASTER_ADDR, ... exported for step "
                                         << *env(launch::kEnvStep) << ": this is step " << *current
                                         << " (inherited from an outer step)");
-      return from_slurm(env);
+      return from_slurm(env, net);
     }
     return from_torchrun(env, IdentitySource::kPlugin);
   }
   if (has_any(env, {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})) {
     return from_torchrun(env, IdentitySource::kTorchrun);
   }
-  if (env("SLURM_PROCID") && env("SLURM_JOB_ID")) return from_slurm(env);
+  if (env("SLURM_PROCID") && env("SLURM_JOB_ID")) return from_slurm(env, net);
   throw InvalidArgument(
       "identity: failed to find this process's rank: none of SLURMDDP_STEP (slurm-ddp's plugin), "
       "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun), SLURM_PROCID (srun) or PMIX_RANK "
