@@ -502,34 +502,32 @@ size_t TcpStoreServer::Impl::consume(Conn& c, const uint8_t* p, size_t n, bool* 
       break;
     }
     const uint8_t* f = p + pos;
-    const size_t avail = n - pos;
     const size_t limit = c.authenticated ? wire::kMaxFrame : wire::kMaxHandshakeFrame;
-    uint32_t len = wire::load_u32(f);
-    if (avail > wire::kLengthSize && f[wire::kLengthSize] != wire::kVersion) {
-      refuse(c, Refusal::kMalformed,
-             "sent bytes that are not this protocol (version byte " +
-                 std::to_string(f[wire::kLengthSize]) + ", expected " +
-                 std::to_string(wire::kVersion) + ")");
-      *alive = false;
-      return pos;
-    }
-    switch (wire::check_length(len, limit)) {
-      case wire::LengthCheck::kTooShort:
+    size_t total = 0;
+    switch (wire::next_frame(f, n - pos, limit, &total)) {
+      case wire::FrameStatus::kBadVersion:
+        refuse(c, Refusal::kMalformed,
+               "sent bytes that are not this protocol (version byte " +
+                   std::to_string(f[wire::kLengthSize]) + ", expected " +
+                   std::to_string(wire::kVersion) + ")");
+        *alive = false;
+        return pos;
+      case wire::FrameStatus::kTooShort:
         refuse(c, Refusal::kMalformed, "sent a frame shorter than its header");
         *alive = false;
         return pos;
-      case wire::LengthCheck::kTooLong:
+      case wire::FrameStatus::kTooLong:
         refuse(c, Refusal::kOversized,
-               "sent a length field of " + std::to_string(len) + " bytes " +
+               "sent a length field of " + std::to_string(wire::load_u32(f)) + " bytes " +
                    (c.authenticated ? "" : "before authenticating ") + "(limit " +
                    std::to_string(limit - wire::kLengthSize) + ")");
         *alive = false;
         return pos;
-      case wire::LengthCheck::kOk:
+      case wire::FrameStatus::kPartial:
+        return pos;
+      case wire::FrameStatus::kComplete:
         break;
     }
-    const size_t total = wire::kLengthSize + len;
-    if (avail < total) break;
     if (!on_frame(c, f, total)) {
       *alive = false;
       return pos;
@@ -572,10 +570,9 @@ bool TcpStoreServer::Impl::on_handshake(Conn& c, const wire::Header& h, const ui
                                         size_t n) {
   using wire::Type;
   const Type expected = c.awaiting_proof ? Type::kClientProof : Type::kClientHello;
-  wire::Reader r(payload, n);
   if (c.awaiting_proof && h.type == Type::kAuthAbort) {
-    auto why = static_cast<wire::AbortReason>(r.u8());
-    if (!r.done()) {
+    wire::AbortReason why{};
+    if (!wire::decode_auth_abort(payload, n, &why)) {
       refuse(c, Refusal::kMalformed, "sent a malformed auth-abort");
     } else if (why == wire::AbortReason::kNoToken) {
       refuse(c, Refusal::kNoToken,
@@ -595,8 +592,7 @@ bool TcpStoreServer::Impl::on_handshake(Conn& c, const wire::Header& h, const ui
     return false;
   }
   if (!c.awaiting_proof) {
-    r.raw(c.client_nonce.data(), c.client_nonce.size());
-    if (!r.done()) {
+    if (!wire::decode_client_hello(payload, n, &c.client_nonce)) {
       refuse(c, Refusal::kMalformed, "sent a malformed client hello");
       return false;
     }
@@ -617,8 +613,7 @@ bool TcpStoreServer::Impl::on_handshake(Conn& c, const wire::Header& h, const ui
     return true;
   }
   auth::Proof proof{};
-  r.raw(proof.data(), proof.size());
-  if (!r.done()) {
+  if (!wire::decode_client_proof(payload, n, &proof)) {
     refuse(c, Refusal::kMalformed, "sent a malformed client proof");
     return false;
   }

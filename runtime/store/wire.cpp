@@ -109,6 +109,23 @@ Header decode_header(const uint8_t* p) {
   return h;
 }
 
+FrameStatus next_frame(const uint8_t* p, size_t n, size_t max_frame, size_t* size) {
+  *size = 0;
+  if (n < kLengthSize) return FrameStatus::kPartial;
+  if (n > kLengthSize && p[kLengthSize] != kVersion) return FrameStatus::kBadVersion;
+  const uint32_t length = load_u32(p);
+  switch (check_length(length, max_frame)) {
+    case LengthCheck::kTooShort:
+      return FrameStatus::kTooShort;
+    case LengthCheck::kTooLong:
+      return FrameStatus::kTooLong;
+    case LengthCheck::kOk:
+      break;
+  }
+  *size = kLengthSize + size_t{length};
+  return n < *size ? FrameStatus::kPartial : FrameStatus::kComplete;
+}
+
 const uint8_t* Reader::take(size_t n) {
   if (!ok_ || n > n_) {
     ok_ = false;
@@ -207,6 +224,25 @@ bool read_key_list(Reader& r, std::vector<std::string>* keys, std::string* why) 
 }
 
 }  // namespace
+
+bool decode_client_hello(const uint8_t* payload, size_t n,
+                         std::array<uint8_t, kNonceSize>* client_nonce) {
+  Reader r(payload, n);
+  r.raw(client_nonce->data(), client_nonce->size());
+  return r.done();
+}
+
+bool decode_client_proof(const uint8_t* payload, size_t n, std::array<uint8_t, kProofSize>* proof) {
+  Reader r(payload, n);
+  r.raw(proof->data(), proof->size());
+  return r.done();
+}
+
+bool decode_auth_abort(const uint8_t* payload, size_t n, AbortReason* why) {
+  Reader r(payload, n);
+  *why = static_cast<AbortReason>(r.u8());
+  return r.done();
+}
 
 bool decode_request(const Header& h, const uint8_t* payload, size_t n, Request* out,
                     std::string* why) {

@@ -45,6 +45,7 @@
 //   kError    u8 ErrorCode, string message  (any request)
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -147,6 +148,14 @@ LengthCheck check_length(uint32_t length, size_t max_frame);
 // Decodes the header of a complete frame `p` (at least kHeaderSize bytes).
 Header decode_header(const uint8_t* p);
 
+// How a connection's buffered input p[0, n) begins, by the server's framing
+// rules (Note [Store server bounds]): a complete frame of *size bytes (length
+// field included), too few bytes yet, or a violation that closes the
+// connection. The version byte is checked as soon as it has arrived, before the
+// length field is trusted.
+enum class FrameStatus { kComplete, kPartial, kBadVersion, kTooShort, kTooLong };
+FrameStatus next_frame(const uint8_t* p, size_t n, size_t max_frame, size_t* size);
+
 // Reads the payload of one frame. Every getter fails softly: after the first
 // short read, ok() is false and the getters return zeros.
 class Reader {
@@ -180,6 +189,13 @@ struct Request {
   int64_t number = 0;  // kGet/kWait/kJoin timeout in ms, kAdd delta
   int64_t world = 0;   // kJoin
 };
+
+// The payloads of the handshake frames a server receives; each returns false
+// unless the payload is exactly that.
+bool decode_client_hello(const uint8_t* payload, size_t n,
+                         std::array<uint8_t, kNonceSize>* client_nonce);
+bool decode_client_proof(const uint8_t* payload, size_t n, std::array<uint8_t, kProofSize>* proof);
+bool decode_auth_abort(const uint8_t* payload, size_t n, AbortReason* why);
 
 // Decodes the payload of a request frame; returns false on any violation
 // (unknown type, short or trailing bytes, a key or value over the limits, an
