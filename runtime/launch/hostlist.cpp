@@ -19,9 +19,13 @@ struct Range {
 struct Group {
   std::string text;           // literal text before the bracket
   std::vector<Range> ranges;  // the bracket's ranges
+  // Saturates: the ranges of one bracket can add up to more than 2^64 hosts
+  // (a wrapped count could be 0, a divisor in host_of).
   uint64_t count() const {
     uint64_t n = 0;
-    for (const auto& r : ranges) n += r.hi - r.lo + 1;
+    for (const auto& r : ranges) {
+      if (__builtin_add_overflow(n, r.hi - r.lo + 1, &n)) return UINT64_MAX;
+    }
     return n;
   }
   // The i-th value of the bracket, formatted.
@@ -150,8 +154,10 @@ std::vector<std::string> expand_hostlist(std::string_view name, std::string_view
     } else {
       uint64_t total = 1;
       for (const auto& g : item.groups) {
-        total *= g.count();
-        if (total > max_hosts) break;
+        if (__builtin_mul_overflow(total, g.count(), &total) || total > max_hosts) {
+          total = UINT64_MAX;
+          break;
+        }
       }
       if (total > max_hosts || hosts.size() + total > max_hosts) {
         fail(name, expr, "more than " + std::to_string(max_hosts) + " hosts");
