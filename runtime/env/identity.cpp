@@ -151,11 +151,17 @@ ProcessIdentity from_slurm(const EnvReader& env, const launch::NetworkView& net)
                                 " lists " + std::to_string(f.num_nodes) + " nodes");
     }
     f.local_task_count = tpn[f.node_id];
-    uint32_t total = 0;
+    // Summed in 64 bits: up to 2^24 nodes of up to 2^24 tasks each would wrap a
+    // 32-bit sum into a plausible but wrong world size.
+    uint64_t total = 0;
     for (uint32_t c : tpn) total += c;
+    if (total > kMaxRanks) {
+      throw launch::LaunchError(tpn_name + " adds up to " + std::to_string(total) +
+                                " tasks; expected at most " + std::to_string(kMaxRanks));
+    }
     f.total_task_count = env("SLURM_STEP_NUM_TASKS") ? num("SLURM_STEP_NUM_TASKS")
                          : env("SLURM_NTASKS")       ? num("SLURM_NTASKS")
-                                                     : total;
+                                                     : static_cast<uint32_t>(total);
     if (f.total_task_count != total) {
       throw launch::LaunchError("the task count " + std::to_string(f.total_task_count) +
                                 " differs from the sum of " + tpn_name + " (" +
