@@ -358,14 +358,14 @@ void NcclCommunicatorImpl::check_usable() const {
 
 size_t NcclCommunicatorImpl::checked_bytes(const char* verb, size_t count, DataType type,
                                            size_t ranks) const {
-  const size_t elem = nccl_type_bytes(type);
+  const size_t elem = slurmddp::element_size(type);
   if (elem == 0) {
     throw InvalidArgument(std::string("nccl: failed to ") + verb + ": unknown data type " +
                           std::to_string(static_cast<int>(type)) + "; " + where_);
   }
   if (count > SIZE_MAX / elem / ranks) {
     throw InvalidArgument(std::string("nccl: failed to ") + verb + ": count " +
-                          std::to_string(count) + " of " + nccl_type_name(type) +
+                          std::to_string(count) + " of " + slurmddp::to_string(type) +
                           " overflows the address space; " + where_);
   }
   return count * elem * ranks;
@@ -378,7 +378,7 @@ void NcclCommunicatorImpl::check_buffer(const char* verb, const char* which, con
   const std::string prefix = std::string("nccl: failed to ") + verb + ": ";
   if (p == nullptr) {
     throw InvalidArgument(prefix + which + " is null for " + std::to_string(count) + " " +
-                          nccl_type_name(type) + "; " + where_);
+                          slurmddp::to_string(type) + "; " + where_);
   }
   cudaPointerAttributes a{};
   const cudaError_t e = cudaPointerGetAttributes(&a, p);
@@ -493,7 +493,7 @@ WorkHandle NcclCommunicatorImpl::allreduce(void* data, size_t count, DataType ty
                                            ReduceOp op) {
   check_buffer("allreduce", "data", data, count, type, 1);
   const std::string what = std::string("allreduce of ") + std::to_string(count) + " " +
-                           nccl_type_name(type) + " (" + nccl_op_name(op) + ")";
+                           slurmddp::to_string(type) + " (" + slurmddp::to_string(op) + ")";
   const ncclDataType_t t = to_nccl(type);
   ncclRedOp_t nop = ncclSum;
   After after;
@@ -534,7 +534,7 @@ WorkHandle NcclCommunicatorImpl::broadcast(void* data, size_t count, DataType ty
   }
   check_buffer("broadcast", "data", data, count, type, 1);
   const std::string what = std::string("broadcast of ") + std::to_string(count) + " " +
-                           nccl_type_name(type) + " from rank " + std::to_string(root);
+                           slurmddp::to_string(type) + " from rank " + std::to_string(root);
   const ncclDataType_t t = to_nccl(type);
   return issue(what, count, [=](ncclComm_t c, cudaStream_t s) {
     return ncclBroadcast(data, data, count, t, root, c, s);
@@ -563,7 +563,7 @@ WorkHandle NcclCommunicatorImpl::allgather(const void* send, void* recv, size_t 
                           "rank * count (in place); " + where_);
   }
   const std::string what = std::string("allgather of ") + std::to_string(count) + " " +
-                           nccl_type_name(type) + " per rank";
+                           slurmddp::to_string(type) + " per rank";
   const ncclDataType_t t = to_nccl(type);
   return issue(what, count, [=](ncclComm_t c, cudaStream_t s) {
     return ncclAllGather(send, recv, count, t, c, s);
@@ -582,7 +582,7 @@ WorkHandle NcclCommunicatorImpl::reduce_scatter(const void* send, void* recv, si
                           "send + rank * count (in place); " + where_);
   }
   const std::string what = std::string("reduce_scatter of ") + std::to_string(count) + " " +
-                           nccl_type_name(type) + " per rank (" + nccl_op_name(op) + ")";
+                           slurmddp::to_string(type) + " per rank (" + slurmddp::to_string(op) + ")";
   const ncclDataType_t t = to_nccl(type);
   ncclRedOp_t nop = ncclSum;
   After after;

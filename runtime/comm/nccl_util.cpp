@@ -4,53 +4,6 @@
 
 namespace slurmddp::comm {
 
-size_t nccl_type_bytes(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-  }
-  return 0;
-}
-
-const char* nccl_type_name(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-  }
-  return "unknown";
-}
-
-const char* nccl_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-  }
-  return "unknown";
-}
-
 ncclDataType_t to_nccl(DataType t) {
   switch (t) {
     case DataType::kFloat32:

@@ -21,11 +21,6 @@ namespace slurmddp::comm {
 
 inline constexpr const char* kNcclComponent = "nccl";
 
-// Local copies of the Communicator's type helpers (the NCCL sources do not
-// depend on the rest of runtime/comm).
-size_t nccl_type_bytes(DataType t);
-const char* nccl_type_name(DataType t);
-const char* nccl_op_name(ReduceOp op);
 ncclDataType_t to_nccl(DataType t);
 bool is_integer_type(DataType t);
 
