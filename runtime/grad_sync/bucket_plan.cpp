@@ -11,19 +11,12 @@
 namespace slurmddp::grad_sync {
 
 size_t dtype_bytes(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
+  const size_t bytes = element_size(t);
+  if (bytes == 0) {
+    throw InvalidArgument("grad_sync: failed to plan buckets: unknown data type; dtype=" +
+                          std::to_string(static_cast<int>(t)));
   }
-  throw InvalidArgument("grad_sync: failed to plan buckets: unknown data type; dtype=" +
-                        std::to_string(static_cast<int>(t)));
+  return bytes;
 }
 
 size_t aligned_count(size_t count, DataType t) {

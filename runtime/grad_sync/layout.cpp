@@ -22,24 +22,6 @@ const char* head() {
   return "grad_sync: failed to check the parameter layout: ";
 }
 
-const char* dtype_name(int64_t v) {
-  switch (static_cast<DataType>(v)) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-  }
-  return "unknown";
-}
-
 const char* device_name(int64_t v) {
   switch (static_cast<DeviceKind>(v)) {
     case DeviceKind::kHost:
@@ -276,7 +258,7 @@ std::string field_text(LayoutField field, int64_t value) {
   std::string v;
   switch (field) {
     case LayoutField::kDtype:
-      v = dtype_name(value);
+      v = to_string(static_cast<DataType>(value));
       break;
     case LayoutField::kDevice:
       v = device_name(value);
