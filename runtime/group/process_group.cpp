@@ -12,6 +12,7 @@
 #if SLURMDDP_HAVE_GLOO
 #include "slurmddp/gloo_communicator.h"
 #endif
+#include "slurmddp/nccl_communicator.h"
 #if SLURMDDP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -109,6 +110,45 @@ bool gpu_usable() {
 #endif
 }
 
+std::string env_shown(const char* name) {
+  auto v = getenv_opt(name);
+  return std::string(name) + "=" + (v ? "'" + *v + "'" : "<unset>");
+}
+
+// The NCCL backend was chosen (explicitly, or by auto with a device seen):
+// fail at once, before the rendezvous, when this process cannot use it, with
+// everything a user needs to see why (Note [init and NCCL]).
+void require_nccl(const ProcessIdentity& id) {
+  const std::string where = "; rank=" + std::to_string(id.rank) + ", host=" + host_name() +
+                            ", " + env_shown("SLURMDDP_BACKEND") + ", " +
+                            env_shown("CUDA_VISIBLE_DEVICES") + ", " +
+                            env_shown("SLURMDDP_LOCAL_DEVICE") +
+                            " (use SLURMDDP_BACKEND=gloo or auto to train on the CPU)";
+#if SLURMDDP_HAVE_NCCL
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n <= 0) {
+    throw InvalidArgument(
+        "init: failed to create the NCCL communicator: no usable CUDA device (" +
+        std::string(e != cudaSuccess ? cudaGetErrorName(e) + std::string(": ") +
+                                           cudaGetErrorString(e)
+                                     : "0 devices visible") +
+        ")" + where);
+  }
+  const int device = id.local_device.value_or(0);
+  if (device < 0 || device >= n) {
+    throw InvalidArgument("init: failed to create the NCCL communicator: device " +
+                          std::to_string(device) + " is not among the " + std::to_string(n) +
+                          " visible device(s)" + where);
+  }
+#else
+  throw InvalidArgument(
+      "init: failed to create the NCCL communicator: slurm-ddp was built without NCCL "
+      "(configure with -Dcuda=enabled -Dnccl=enabled where CUDA and NCCL are installed)" +
+      where);
+#endif
+}
+
 Backend choose_backend(const InitOptions& options, const ProcessIdentity& id) {
   Backend b = options.backend;
   if (b == Backend::kAuto) {
@@ -124,6 +164,7 @@ Backend choose_backend(const InitOptions& options, const ProcessIdentity& id) {
     }
   }
   if (b == Backend::kAuto) b = (id.local_device && gpu_usable()) ? Backend::kNccl : Backend::kGloo;
+  if (b == Backend::kNccl) require_nccl(id);
   return b;
 }
 
@@ -131,7 +172,21 @@ std::unique_ptr<Communicator> make_communicator(Backend backend, const ProcessId
                                                 const std::shared_ptr<Store>& store,
                                                 std::chrono::milliseconds timeout) {
   if (backend == Backend::kNccl) {
-    throw InvalidArgument("init: the NCCL backend is not available in this build");
+    // Note [init and NCCL]
+    //   The communicator is built on the rendezvous store that init() already
+    //   joined (TCP, or the PMIx-announced one under --mpi=pmix): rank 0 puts
+    //   NCCL's unique id there and the others read it, so the GPU path needs no
+    //   second bootstrap. The device is the task's SLURMDDP_LOCAL_DEVICE (the
+    //   identity's rule), and require_nccl() has already refused a process
+    //   that cannot use it, before anyone waited.
+    NcclOptions o;
+    o.rank = id.rank;
+    o.size = id.world_size;
+    o.device = id.local_device.value_or(-1);
+    o.store = store;
+    o.prefix = "slurmddp/init/nccl";
+    o.timeout = timeout;
+    return make_nccl_communicator(o);
   }
 #if SLURMDDP_HAVE_GLOO
   GlooOptions o;

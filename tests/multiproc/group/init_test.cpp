@@ -43,10 +43,10 @@ struct Rank {
   std::string token = "0123456789abcdef0123456789abcdef";
 };
 
-std::unique_ptr<Process> start(const Rank& r, uint16_t port, const std::string& timeout = "3s") {
+std::unique_ptr<Process> start(const Rank& r, uint16_t port, const std::string& timeout = "3s",
+                               const std::map<std::string, std::string>& extra = {}) {
   std::vector<std::string> argv{probe()};
-  return std::make_unique<Process>(
-      argv, std::map<std::string, std::string>{{"RANK", std::to_string(r.rank)},
+  std::map<std::string, std::string> env{{"RANK", std::to_string(r.rank)},
                                                {"WORLD_SIZE", std::to_string(r.world)},
                                                {"LOCAL_RANK", std::to_string(r.rank)},
                                                {"LOCAL_WORLD_SIZE", std::to_string(r.world)},
@@ -58,7 +58,63 @@ std::unique_ptr<Process> start(const Rank& r, uint16_t port, const std::string& 
                                                {"GLOO_SOCKET_IFNAME", "lo"},
                                                {"SLURMDDP_STEP", ""},
                                                {"SLURM_JOB_ID", ""},
-                                               {"PMIX_RANK", ""}});
+                                               {"PMIX_RANK", ""}};
+  for (const auto& [k, v] : extra) env[k] = v;
+  return std::make_unique<Process>(argv, env);
+}
+
+bool built_with_nccl() {
+  const char* v = std::getenv("SLURMDDP_TEST_HAVE_NCCL");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// SLURMDDP_BACKEND=nccl where no device is visible (CUDA_VISIBLE_DEVICES=-1
+// hides every device, so this holds on GPU machines too): every rank fails at
+// once, before waiting for the others, naming the backend, the device variables
+// and the way out. This is init()'s whole path to the NCCL communicator up to
+// the device call, so a broken wiring fails here on a CPU machine.
+TEST(InitMultiproc, NcclBackendWithoutVisibleDeviceSaysWhyAtOnce) {
+  uint16_t port = free_port();
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(start({r, 2}, port, "20s",
+                          {{"SLURMDDP_BACKEND", "nccl"},
+                           {"CUDA_VISIBLE_DEVICES", "-1"},
+                           {"SLURMDDP_LOCAL_DEVICE", std::to_string(r)}}));
+  }
+  for (int r = 0; r < 2; ++r) {
+    auto code = ranks[r]->wait(15s);
+    ASSERT_TRUE(code.has_value()) << "rank " << r << " hung";
+    EXPECT_NE(*code, 0);
+    const std::string err = ranks[r]->stderr_text();
+    EXPECT_THAT(err, HasSubstr("init: failed to create the NCCL communicator: "));
+    EXPECT_THAT(err, HasSubstr(built_with_nccl() ? "no usable CUDA device" : "built without NCCL"));
+    EXPECT_THAT(err, HasSubstr("rank=" + std::to_string(r)));
+    EXPECT_THAT(err, HasSubstr("SLURMDDP_BACKEND='nccl'"));
+    EXPECT_THAT(err, HasSubstr("CUDA_VISIBLE_DEVICES='-1'"));
+    EXPECT_THAT(err, HasSubstr("SLURMDDP_LOCAL_DEVICE='" + std::to_string(r) + "'"));
+    EXPECT_THAT(err, HasSubstr("SLURMDDP_BACKEND=gloo"));
+    EXPECT_LT(ranks[r]->ran(), 10s) << "it waited for the rendezvous first";
+  }
+}
+
+// auto picks Gloo where no device is visible, even with a device index set.
+TEST(InitMultiproc, AutoBackendWithoutVisibleDeviceUsesGloo) {
+  uint16_t port = free_port();
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(start({r, 2}, port, "10s",
+                          {{"SLURMDDP_BACKEND", "auto"},
+                           {"CUDA_VISIBLE_DEVICES", "-1"},
+                           {"SLURMDDP_LOCAL_DEVICE", std::to_string(r)}}));
+  }
+  for (int r = 0; r < 2; ++r) {
+    auto line = ranks[r]->read_line(20s);
+    ASSERT_TRUE(line) << "rank " << r << ": " << ranks[r]->stderr_text();
+    EXPECT_THAT(*line, HasSubstr("backend=gloo"));
+    EXPECT_THAT(*line, HasSubstr("ok=1"));
+    EXPECT_EQ(ranks[r]->wait(20s), 0) << ranks[r]->stderr_text();
+  }
 }
 
 TEST(InitMultiproc, WorldSizesOneToFour) {
