@@ -113,17 +113,41 @@ Result run(const std::string& command, std::chrono::seconds timeout, const std::
 bool ClusterEnvironment::available() { return g_available; }
 const std::string& ClusterEnvironment::why_unavailable() { return g_why; }
 
-void ClusterEnvironment::SetUp() {
+bool system_tests_required() {
+  return env_or_empty("CI") == "true" || env_or_empty("SLURMDDP_SYSTEM_TESTS") == "required";
+}
+
+std::string why_system_tests_cannot_run() {
   if (geteuid() != 0) {
-    g_why = "system tests need root (network namespaces, slurmd); run them as root";
-    std::fprintf(stderr, "SKIPPING system tests: %s\n", g_why.c_str());
-    return;
+    return "system tests need root (network namespaces, slurmd); run them as root";
   }
-  if (run("command -v slurmctld && command -v slurmd && command -v srun").rc != 0) {
-    g_why = "Slurm is not installed (slurmctld, slurmd, srun); run scripts/install-deps";
-    std::fprintf(stderr, "SKIPPING system tests: %s\n", g_why.c_str());
-    return;
+  if (run("command -v slurmctld && command -v slurmd && command -v srun && command -v scontrol",
+          std::chrono::seconds(30), "/")
+          .rc != 0) {
+    return "Slurm is not installed (slurmctld, slurmd, srun, scontrol); run scripts/install-deps";
   }
+  return "";
+}
+
+int system_test_main(int argc, char** argv, bool with_cluster) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::string why = why_system_tests_cannot_run();
+  if (!why.empty()) {
+    if (system_tests_required()) {
+      std::fprintf(stderr,
+                   "FAILED: system tests are required here (CI=true or "
+                   "SLURMDDP_SYSTEM_TESTS=required) but cannot run: %s\n",
+                   why.c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "SKIPPING ALL SYSTEM TESTS OF %s: %s\n", argv[0], why.c_str());
+    return 77;
+  }
+  if (with_cluster) ::testing::AddGlobalTestEnvironment(new ClusterEnvironment);
+  return RUN_ALL_TESTS();
+}
+
+void ClusterEnvironment::SetUp() {
   std::string script = harness_path();
   g_started_here = run("'" + script + "' status").rc != 0;
   Result up = run("'" + script + "' up --plugin '" + plugin_path() + "'", std::chrono::seconds(90));

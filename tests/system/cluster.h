@@ -33,8 +33,22 @@ std::string env_or_empty(const char* name);
 std::string jobs_dir();       // a directory every node sees, for job output
 std::string fresh_dir(const std::string& name);  // a new empty dir under jobs_dir()
 
-// Brings the cluster up for the test program; skips every test (with the reason
-// printed) when not root or Slurm is not installed.
+// Whether a system test that cannot run must fail instead of skipping: with
+// CI=true in the environment, or SLURMDDP_SYSTEM_TESTS=required (meson
+// -Dsystem_tests=required).
+bool system_tests_required();
+
+// Why system tests cannot run on this machine (not root, Slurm missing), or ""
+// when they can.
+std::string why_system_tests_cannot_run();
+
+// The main() of every system test program. When the tests cannot run it prints
+// the reason in capitals and exits 77 (meson counts a SKIP), or, where they are
+// required, fails with the reason. Otherwise it runs the tests, with the test
+// cluster brought up (and down again, if it started it) when `with_cluster`.
+int system_test_main(int argc, char** argv, bool with_cluster = true);
+
+// Brings the cluster up for the test program (see system_test_main).
 class ClusterEnvironment : public ::testing::Environment {
  public:
   void SetUp() override;

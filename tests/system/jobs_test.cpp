@@ -143,8 +143,4 @@ TEST(JobScripts, ReservedPortsGiveConcurrentStepsTheirOwnPort) {
 }  // namespace
 }  // namespace slurmddp::systest
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new slurmddp::systest::ClusterEnvironment);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return slurmddp::systest::system_test_main(argc, argv); }
