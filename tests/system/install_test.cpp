@@ -45,6 +45,10 @@ class Staged : public ::testing::Test {
                    std::chrono::seconds(300), "/");
     install_ = r;
   }
+  // The staging tree is kept for inspection only when something failed.
+  static void TearDownTestSuite() {
+    if (::testing::UnitTest::GetInstance()->failed_test_count() == 0) fs::remove_all(stage_);
+  }
   static std::string staged(const std::string& target_path) { return stage_ + target_path; }
   static std::string stage_;
   static Result install_;
@@ -212,6 +216,7 @@ TEST_F(Staged, PluginThroughStagedSnippetAndPkgConfigConsumerRunInAStep) {
                                    std::to_string(third));
   }
   EXPECT_THAT(r.err, HasSubstr("slurm-ddp")) << "--ddp-verbose printed nothing: was the plugin loaded?";
+  if (!HasFailure()) fs::remove_all(dir);
 }
 
 }  // namespace
