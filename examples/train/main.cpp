@@ -4,7 +4,10 @@
 //   srun -n 8 --gres=gpu:4 --ntasks-per-node=4 ./train --epochs=3
 //
 // - slurmddp::init(): identity from the plugin's environment, authenticated
-//   rendezvous, a communicator (Gloo on the CPU);
+//   rendezvous, a communicator (NCCL on the task's GPU, else Gloo on the CPU);
+// - the model (mlp.h) on the CPU, or on that GPU (mlp_cuda.h) when the
+//   communicator is there: gradients are averaged where they live
+//   (--device=auto|cpu|cuda, device.h);
 // - slurmddp::DistributedSampler: each rank trains on its shard of a shuffled
 //   epoch (PyTorch's DistributedSampler order) and evaluates on a disjoint
 //   shard of the test set;
@@ -13,7 +16,7 @@
 // Rank 0 reports loss, test accuracy and samples/s per epoch; every rank prints
 // a checksum of its final parameters (identical on all ranks).
 //
-// Equivalence: R ranks with --batch-size=b take, at each step, exactly the 8b
+// Equivalence: R ranks with --batch-size=b take, at each step, exactly the R*b
 // samples one process with --batch-size=R*b takes (the sampler's strided
 // shards), and averaged gradients equal the gradient of the mean over the
 // union, so parameters match up to floating-point summation order.
@@ -27,12 +30,19 @@
 #include <string>
 #include <vector>
 
+#include "device.h"
 #include "idx.h"
 #include "mlp.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/process_group.h"
 #include "slurmddp/sampler.h"
+#include "stats.h"
+#include "train_config.h"
+
+#if TRAIN_HAVE_CUDA
+#include "mlp_cuda.h"
+#endif
 
 namespace {
 
@@ -46,6 +56,7 @@ struct Options {
   int64_t seed = 0;
   int64_t steps = -1;  // stop after this many optimizer steps (all epochs); -1: no limit
   std::string dump_params;
+  train::DeviceOption device = train::DeviceOption::kAuto;
 };
 
 [[noreturn]] void usage_error(const std::string& arg, const std::string& expected) {
@@ -76,7 +87,12 @@ Options parse(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::printf(
           "usage: train [--data=DIR] [--epochs=N] [--batch-size=N (per rank)] [--lr=F]\n"
-          "             [--momentum=F] [--hidden=N] [--seed=N] [--steps=N] [--dump-params=FILE]\n");
+          "             [--momentum=F] [--hidden=N] [--seed=N] [--steps=N] [--dump-params=FILE]\n"
+          "             [--device=auto|cpu|cuda]\n"
+          "--device: where the model trains (default auto). auto: on the GPU of the\n"
+          "  communicator when slurmddp::init() made one on a GPU (NCCL), else on the CPU;\n"
+          "  cpu: on the CPU, with Gloo (overrides SLURMDDP_BACKEND); cuda: on the GPU,\n"
+          "  failing unless the communicator is NCCL on a GPU.\n");
       std::exit(0);
     }
     auto eq = a.find('=');
@@ -100,9 +116,12 @@ Options parse(int argc, char** argv) {
       o.steps = int_value(a, v, 1);
     } else if (k == "--dump-params") {
       o.dump_params = v;
+    } else if (k == "--device") {
+      if (!train::parse_device_option(v, &o.device)) usage_error(a, "one of auto, cpu, cuda");
     } else {
-      usage_error(a, "one of --data, --epochs, --batch-size, --lr, --momentum, --hidden, --seed, "
-                     "--steps, --dump-params");
+      usage_error(a,
+                  "one of --data, --epochs, --batch-size, --lr, --momentum, --hidden, --seed, "
+                  "--steps, --dump-params, --device");
     }
   }
   return o;
@@ -120,32 +139,36 @@ void gather(const train::Dataset& d, const std::vector<int64_t>& idx, std::vecto
   }
 }
 
-int run(const Options& o) {
-  auto pg = slurmddp::init();
-  const auto& id = pg->identity();
-  auto& comm = pg->comm();
-  const auto timeout = pg->timeout();
-  const char* host = std::getenv("SLURMD_NODENAME");
-  std::printf("rank %d/%d on %s: MASTER_ADDR=%s MASTER_PORT=%u LOCAL_RANK=%d/%d NODE_RANK=%d "
-              "backend=%s\n",
-              id.rank, id.world_size, host != nullptr ? host : "?", id.master_addr.c_str(),
-              id.master_port, id.local_rank, id.local_world_size, id.node_rank, comm.backend());
-  std::fflush(stdout);
-
-  train::Dataset train_set = train::load_fashion_mnist(o.data, true);
-  train::Dataset test_set = train::load_fashion_mnist(o.data, false);
-  train::Mlp model(train_set.features, o.hidden, 10, static_cast<uint64_t>(o.seed));
+// The GradSync registration of a model's tensors (W1, b1, W2, b2): one buffer
+// each of parameters and gradients, on the host or on the current GPU.
+std::vector<slurmddp::GradParameter> registration(const std::vector<train::ParamTensor>& tensors,
+                                                  float* params, float* grads,
+                                                  slurmddp::DeviceKind device) {
   std::vector<slurmddp::GradParameter> registered;
-  for (const auto& t : model.tensors) {
+  for (const auto& t : tensors) {
     slurmddp::GradParameter p;
     p.name = t.name;
-    p.data = model.params.data() + t.offset;
-    p.grad = model.grads.data() + t.offset;
+    p.data = params + t.offset;
+    p.grad = grads + t.offset;
     p.count = t.count;
+    p.device = device;
     registered.push_back(p);
   }
+  return registered;
+}
+
+// Trains and reports, the same on both devices: Model is train::Mlp (host
+// memory) or train::MlpCuda (one GPU), whose interfaces match.
+template <typename Model>
+void train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train::Dataset& train_set,
+                      const train::Dataset& test_set, Model& model,
+                      const std::vector<slurmddp::GradParameter>& registered,
+                      const slurmddp::GradSyncOptions& sync_options) {
+  const auto& id = pg.identity();
+  auto& comm = pg.comm();
+  const auto timeout = pg.timeout();
   // Checks that every rank built the same model, then copies rank 0's parameters.
-  slurmddp::GradSync sync(pg->communicator(), registered);
+  slurmddp::GradSync sync(pg.communicator(), registered, sync_options);
 
   slurmddp::SamplerOptions so;
   so.seed = o.seed;
@@ -166,22 +189,23 @@ int run(const Options& o) {
     double stats[2] = {0.0, 0.0};  // summed loss, samples
     while ((o.steps < 0 || step < o.steps) && batches.next(&idx)) {
       gather(train_set, idx, &x, &y);
-      stats[0] += model.forward_backward(x.data(), y.data(), static_cast<int64_t>(idx.size()),
-                                         [&](size_t t) { sync.mark_ready(t); });
+      model.forward_backward(x.data(), y.data(), static_cast<int64_t>(idx.size()),
+                             [&](size_t t) { sync.mark_ready(t); });
       sync.wait();  // gradients averaged over all ranks
       model.sgd_step(static_cast<float>(o.lr), static_cast<float>(o.momentum));
       stats[1] += static_cast<double>(idx.size());
       ++step;
     }
+    stats[0] = model.take_loss_sum();  // on the GPU: waits for the epoch's last step
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    comm.allreduce(stats, 2, slurmddp::DataType::kFloat64, slurmddp::ReduceOp::kSum)->wait(timeout);
+    train::allreduce_sum(comm, stats, 2, slurmddp::DataType::kFloat64, timeout);
     int64_t correct[2] = {0, 0};  // correct, evaluated
     std::vector<int64_t> shard(static_cast<size_t>(test_shard.size()));
     test_shard.get(0, test_shard.size(), shard.data());
     gather(test_set, shard, &x, &y);
     correct[0] = model.count_correct(x.data(), y.data(), static_cast<int64_t>(shard.size()));
     correct[1] = static_cast<int64_t>(shard.size());
-    comm.allreduce(correct, 2, slurmddp::DataType::kInt64, slurmddp::ReduceOp::kSum)->wait(timeout);
+    train::allreduce_sum(comm, correct, 2, slurmddp::DataType::kInt64, timeout);
     if (id.rank == 0) {
       std::printf("epoch %lld: loss %.4f test accuracy %.2f%% (%lld/%lld) %.0f samples/s\n",
                   static_cast<long long>(epoch + 1), stats[0] / std::max(stats[1], 1.0),
@@ -195,11 +219,51 @@ int run(const Options& o) {
               static_cast<long long>(step), static_cast<unsigned long long>(model.checksum()));
   std::fflush(stdout);
   if (!o.dump_params.empty() && id.rank == 0) {
+    const auto& params = model.host_params();
     std::ofstream f(o.dump_params, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(model.params.data()),
-            static_cast<std::streamsize>(model.params.size() * sizeof(float)));
+    f.write(reinterpret_cast<const char*>(params.data()),
+            static_cast<std::streamsize>(params.size() * sizeof(float)));
     if (!f) throw slurmddp::Error("train: failed to write --dump-params=" + o.dump_params);
   }
+}
+
+int run(const Options& o) {
+  slurmddp::InitOptions init;
+  init.backend = train::backend_for(o.device);
+  auto pg = slurmddp::init(init);
+  const auto& id = pg->identity();
+  auto& comm = pg->comm();
+  // Before the per-rank line, which says where this rank trains.
+  const train::ComputeDevice device = train::choose_device(o.device, *pg);
+  const char* host = std::getenv("SLURMD_NODENAME");
+  std::printf(
+      "rank %d/%d on %s: MASTER_ADDR=%s MASTER_PORT=%u LOCAL_RANK=%d/%d NODE_RANK=%d "
+      "backend=%s device=%s\n",
+      id.rank, id.world_size, host != nullptr ? host : "?", id.master_addr.c_str(), id.master_port,
+      id.local_rank, id.local_world_size, id.node_rank, comm.backend(), device.describe().c_str());
+  std::fflush(stdout);
+
+  train::Dataset train_set = train::load_fashion_mnist(o.data, true);
+  train::Dataset test_set = train::load_fashion_mnist(o.data, false);
+  const auto seed = static_cast<uint64_t>(o.seed);
+#if TRAIN_HAVE_CUDA
+  if (device.cuda) {
+    train::MlpCuda model(train_set.features, o.hidden, 10, seed, device.ordinal, id.rank);
+    slurmddp::GradSyncOptions so;
+    so.cuda_stream = model.stream();  // where backward queues the gradients
+    train_and_report(
+        o, *pg, train_set, test_set, model,
+        registration(model.tensors, model.params(), model.grads(), slurmddp::DeviceKind::kCuda),
+        so);
+    pg->shutdown();
+    return 0;
+  }
+#endif
+  train::Mlp model(train_set.features, o.hidden, 10, seed);
+  train_and_report(o, *pg, train_set, test_set, model,
+                   registration(model.tensors, model.params.data(), model.grads.data(),
+                                slurmddp::DeviceKind::kHost),
+                   {});
   pg->shutdown();
   return 0;
 }

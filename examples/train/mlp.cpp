@@ -138,7 +138,14 @@ double Mlp::forward_backward(const float* x, const int32_t* y, int64_t batch,
   }
   ready(0);
   ready(1);
+  loss_sum_ += loss;
   return loss;
+}
+
+double Mlp::take_loss_sum() {
+  const double sum = loss_sum_;
+  loss_sum_ = 0.0;
+  return sum;
 }
 
 int64_t Mlp::count_correct(const float* x, const int32_t* y, int64_t batch) {
@@ -159,9 +166,13 @@ void Mlp::sgd_step(float lr, float momentum) {
 }
 
 uint64_t Mlp::checksum() const {
+  return train::checksum(params.data(), params.size());
+}
+
+uint64_t checksum(const float* data, size_t count) {
   uint64_t h = 1469598103934665603ULL;
-  const auto* p = reinterpret_cast<const unsigned char*>(params.data());
-  for (size_t i = 0; i < params.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  const auto* p = reinterpret_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < count * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ULL;
   return h;
 }
 

@@ -30,9 +30,13 @@ class Mlp {
   // gradient of the mean loss over the batch. `ready(i)` is called as soon as
   // tensor i's gradient is final (backward order: W2, b2, then W1, b1), so
   // communication can start while the rest is computed. Returns the summed
-  // (not averaged) loss of the batch.
+  // (not averaged) loss of the batch, which is also added to take_loss_sum().
   double forward_backward(const float* x, const int32_t* y, int64_t batch,
                           const std::function<void(size_t)>& ready);
+
+  // The summed loss of every batch since the last call (MlpCuda's interface,
+  // whose loss stays on the GPU between calls).
+  double take_loss_sum();
 
   // Number of rows whose arg-max prediction equals the label.
   int64_t count_correct(const float* x, const int32_t* y, int64_t batch);
@@ -40,13 +44,20 @@ class Mlp {
   // SGD with momentum, PyTorch's convention: v = momentum * v + g; p -= lr * v.
   void sgd_step(float lr, float momentum);
 
-  // FNV-1a of the parameters' bytes: equal on every rank iff they are identical.
+  // FNV-1a of the parameters' bytes (train::checksum): equal on every rank iff
+  // they are identical.
   uint64_t checksum() const;
+  const std::vector<float>& host_params() const { return params; }
 
  private:
   void forward(const float* x, int64_t batch);
   int64_t in_, hidden_, classes_;
   std::vector<float> hidden_act_, logits_, dlogits_, dhidden_, velocity_;
+  double loss_sum_ = 0.0;
 };
+
+// FNV-1a over the bytes of `count` floats: the parameter checksum of both
+// models, so that CPU and GPU runs print comparable values.
+uint64_t checksum(const float* data, size_t count);
 
 }  // namespace train
