@@ -26,7 +26,12 @@
 //  - Buffers live where the communicator wants them (`Communicator::device()`):
 //    host memory for Gloo, CUDA memory for NCCL. On CUDA, bucket copies and
 //    compression casts run as kernels on a communication stream of the engine,
-//    ordered after the compute stream by events.
+//    ordered after the compute stream by events. Bucket memory, streams and
+//    events are made on the NCCL communicator's GPU (cuda_device()) whatever
+//    device the calling thread has current. The thread's current device is
+//    restored afterwards, unless the process never used it (re-selecting it
+//    would create a CUDA context there: Note [Device guard without stray
+//    contexts] in runtime/common/cuda_device_guard.h).
 //  - The communicator is shared, not owned exclusively: between steps the
 //    caller may use it for its own collectives, but not while a step is in
 //    progress from another thread (the ranks could then issue collectives in
@@ -84,7 +89,8 @@ struct GradParameter {
   // float32, float64, float16 or bfloat16.
   DataType dtype = DataType::kFloat32;
   // Must equal the communicator's device(); for CUDA, all parameters must be
-  // on the device that is current when the GradSync is constructed.
+  // on the communicator's GPU (NcclCommunicator::cuda_device(); for another
+  // CUDA communicator, the device current when the GradSync is constructed).
   DeviceKind device = DeviceKind::kHost;
 };
 
@@ -105,8 +111,9 @@ struct GradSyncOptions {
   bool broadcast_parameters = true;
   // Bound on every wait for a collective; zero: the communicator's timeout().
   std::chrono::milliseconds timeout{0};
-  // CUDA only: the stream (a cudaStream_t) on which backward produces the
-  // gradients and later kernels consume them. Null: the legacy default stream.
+  // CUDA only: the stream (a cudaStream_t, of the communicator's GPU) on which
+  // backward produces the gradients and later kernels consume them. Null: the
+  // legacy default stream.
   void* cuda_stream = nullptr;
 };
 

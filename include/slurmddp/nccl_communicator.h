@@ -14,7 +14,12 @@
 //    rule of identity.h. The ordinal counts within CUDA_VISIBLE_DEVICES. An
 //    ordinal that is not visible throws InvalidArgument naming the ordinal, its
 //    source, CUDA_VISIBLE_DEVICES and SLURMDDP_LOCAL_DEVICE; no visible device
-//    at all throws CudaError. The calling thread's current device is restored.
+//    at all throws CudaError. The calling thread's current device is restored,
+//    unless the process never used that device: re-selecting it would create
+//    a CUDA context there (since CUDA 12), e.g. on GPU 0 in every rank of a
+//    node; the thread then keeps this communicator's device current. Select
+//    the rank's device (cudaSetDevice) before creating the communicator to
+//    avoid surprises. The same holds for every operation.
 //  - NCCL's unique id: rank 0 creates it and publishes it under
 //    "<prefix>/unique_id" in `store` (every rank first records itself under
 //    "<prefix>/join/<rank>"), or, with `bootstrap`, the callback exchanges it.

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "comm/nccl_scale.h"
 #include "comm/nccl_util.h"
 #include "comm/nccl_work.h"
+#include "common/cuda_device_guard.h"
 #include "common/log.h"
 #include "slurmddp/error.h"
 
@@ -170,7 +172,7 @@ void NcclCommunicatorImpl::initialize(const NcclOptions& options,
   }
   native_avg_ = native_average(version_);
 
-  DeviceGuard guard(device_, where_);
+  cuda_util::ScopedDevice guard(device_, kNcclComponent, where_);
   int least = 0;
   int greatest = 0;
   cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
@@ -182,7 +184,7 @@ void NcclCommunicatorImpl::initialize(const NcclOptions& options,
   if (e != cudaSuccess) throw_cuda("create an event", e, where_);
   e = cudaMalloc(reinterpret_cast<void**>(&barrier_buffer_), sizeof(int32_t));
   if (e != cudaSuccess) throw_cuda("allocate the barrier's buffer", e, where_);
-  e = cudaMemset(barrier_buffer_, 0, sizeof(int32_t));
+  e = cudaMemsetAsync(barrier_buffer_, 0, sizeof(int32_t), stream_);  // ordered before any barrier
   if (e != cudaSuccess) throw_cuda("clear the barrier's buffer", e, where_);
 
   NcclRendezvous rendezvous(options, device_, where_, deadline);
@@ -281,7 +283,7 @@ void NcclCommunicatorImpl::finalize_nccl(Clock::time_point deadline) {
   if (comm == nullptr) return;  // aborted after a failure
   state_->set_comm_locked(nullptr);
   try {
-    DeviceGuard guard(device_, where_);
+    cuda_util::ScopedDevice guard(device_, kNcclComponent, where_);
     ncclResult_t r = ncclCommFinalize(comm);
     auto nap = std::chrono::microseconds(100);
     while (r == ncclInProgress && Clock::now() < deadline) {
@@ -310,18 +312,21 @@ void NcclCommunicatorImpl::finalize_nccl(Clock::time_point deadline) {
 
 void NcclCommunicatorImpl::release_cuda_objects() {
   if (stream_ == nullptr && order_event_ == nullptr && barrier_buffer_ == nullptr) return;
-  int previous = -1;
-  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-  if (previous != device_) (void)cudaSetDevice(device_);
+  std::unique_ptr<cuda_util::ScopedDevice> guard;
+  try {
+    guard = std::make_unique<cuda_util::ScopedDevice>(device_, kNcclComponent, where_);
+  } catch (const std::exception& e) {
+    SLURMDDP_LOG_WARN(kNcclComponent, "while releasing CUDA objects: " << e.what());
+  }
   // cudaFree waits for the device; after a drain or an abort nothing of ours runs.
-  if (barrier_buffer_ != nullptr) (void)cudaFree(barrier_buffer_);
-  if (order_event_ != nullptr) (void)cudaEventDestroy(order_event_);
-  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  bool failed = false;
+  if (barrier_buffer_ != nullptr) failed |= cudaFree(barrier_buffer_) != cudaSuccess;
+  if (order_event_ != nullptr) failed |= cudaEventDestroy(order_event_) != cudaSuccess;
+  if (stream_ != nullptr) failed |= cudaStreamDestroy(stream_) != cudaSuccess;
+  if (failed) (void)cudaGetLastError();  // our own errors: not left pending for the caller
   barrier_buffer_ = nullptr;
   order_event_ = nullptr;
   stream_ = nullptr;
-  if (previous >= 0 && previous != device_) (void)cudaSetDevice(previous);
-  (void)cudaGetLastError();
 }
 
 void NcclCommunicatorImpl::watchdog_main() {
@@ -445,7 +450,7 @@ WorkHandle NcclCommunicatorImpl::issue(const std::string& what, size_t count,
   if (count == 0) {
     return std::make_shared<NcclWork>(what, 0, state_, nullptr, Clock::now());
   }
-  DeviceGuard guard(device_, where_);
+  cuda_util::ScopedDevice guard(device_, kNcclComponent, where_);
   std::lock_guard<std::mutex> lock(state_->nccl_mutex());
   check_usable();
   ncclComm_t comm = state_->comm_locked();

@@ -91,20 +91,4 @@ std::exception_ptr nccl_failure(const std::string& action, ncclResult_t r, ncclC
   return std::make_exception_ptr(NcclError(message));
 }
 
-DeviceGuard::DeviceGuard(int device, const std::string& where) : device_(device) {
-  if (cudaGetDevice(&previous_) != cudaSuccess) {
-    (void)cudaGetLastError();
-    previous_ = -1;
-  }
-  if (previous_ != device_) {
-    const cudaError_t e = cudaSetDevice(device_);
-    if (e != cudaSuccess) throw_cuda("make device " + std::to_string(device_) + " current", e,
-                                     where);
-  }
-}
-
-DeviceGuard::~DeviceGuard() {
-  if (previous_ >= 0 && previous_ != device_) (void)cudaSetDevice(previous_);
-}
-
 }  // namespace slurmddp::comm

@@ -1,5 +1,5 @@
 // CUDA and NCCL helpers of the NCCL communicator: type mapping, names, error
-// text in the runtime's grammar, and a guard for the thread's current device.
+// text in the runtime's grammar (the device guard is common/cuda_device_guard.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,19 +39,5 @@ std::string nccl_error_text(ncclResult_t r, ncclComm_t comm);
 // ncclSystemError (a peer or the network went away), NcclError otherwise.
 std::exception_ptr nccl_failure(const std::string& action, ncclResult_t r, ncclComm_t comm,
                                 const std::string& where);
-
-// Makes `device` current for the calling thread and restores the previous
-// device when destroyed.
-class DeviceGuard {
- public:
-  DeviceGuard(int device, const std::string& where);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-  int device_ = -1;
-};
 
 }  // namespace slurmddp::comm

@@ -15,10 +15,12 @@
 // soon as its copy-in is done.
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_set>
 
+#include "common/cuda_device_guard.h"
 #include "grad_sync/cast.h"
 #include "grad_sync/cuda_kernels.h"
 #include "grad_sync/device.h"
@@ -36,28 +38,40 @@ void check(cudaError_t status, const char* what, int device) {
                   " (" + cudaGetErrorName(status) + "); device=" + std::to_string(device));
 }
 
-// Makes `device` current for a scope (the calling thread may run backward on
-// another device's context).
+std::string device_text(int device) { return "device=" + std::to_string(device); }
+
+// Makes the engine's device current for a scope (Note [Device guard without
+// stray contexts] in common/cuda_device_guard.h): the calling thread may run
+// backward on another device, or may never have selected one.
 class DeviceScope {
  public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
-      check(cudaSetDevice(device), "select the CUDA device", device);
-      restore_ = true;
-    }
-  }
-  ~DeviceScope() {
-    if (restore_) {
-      cudaSetDevice(previous_);
-    }
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
+  explicit DeviceScope(int device) : guard_(device, "grad_sync", device_text(device)) {}
 
  private:
-  int previous_ = -1;
-  bool restore_ = false;
+  cuda_util::ScopedDevice guard_;
 };
+
+// The device the engine works on: `requested` (the communicator's) when >= 0,
+// else the calling thread's current device.
+int resolve_device(int requested) {
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "count CUDA devices", requested);
+  if (count == 0) {
+    check(cudaErrorNoDevice, "find a CUDA device", requested);
+  }
+  if (requested >= 0) {
+    if (requested >= count) {
+      throw InvalidArgument("grad_sync: failed to use the communicator's CUDA device: device " +
+                            std::to_string(requested) + " is not among the " +
+                            std::to_string(count) + " visible devices; " +
+                            device_text(requested));
+    }
+    return requested;
+  }
+  int current = 0;
+  check(cudaGetDevice(&current), "read the current CUDA device", -1);
+  return current;
+}
 
 struct DeviceTransfer {
   DataType src_type;
@@ -69,14 +83,11 @@ struct DeviceTransfer {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(size_t num_buckets, void* compute_stream)
-      : compute_(static_cast<cudaStream_t>(compute_stream)) {
-    int count = 0;
-    check(cudaGetDeviceCount(&count), "count CUDA devices", -1);
-    if (count == 0) {
-      check(cudaErrorNoDevice, "find a CUDA device", -1);
-    }
-    check(cudaGetDevice(&device_), "read the current CUDA device", -1);
+  CudaDevice(int device, size_t num_buckets, void* compute_stream)
+      : device_(resolve_device(device)), compute_(static_cast<cudaStream_t>(compute_stream)) {
+    // Everything the engine owns lives on device_, whatever the calling
+    // thread's current device is.
+    DeviceScope scope(device_);
     check(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking),
           "create the communication stream", device_);
     const unsigned flags = cudaEventDisableTiming | cudaEventBlockingSync;
@@ -91,9 +102,12 @@ class CudaDevice final : public Device {
   }
 
   ~CudaDevice() override {
-    int previous = -1;
-    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
-                          cudaSetDevice(device_) == cudaSuccess;
+    std::unique_ptr<DeviceScope> scope;
+    try {
+      scope = std::make_unique<DeviceScope>(device_);
+    } catch (const std::exception&) {
+      // Not fatal here: the frees below work from any current device.
+    }
     cudaStreamSynchronize(comm_);
     for (auto& t : transfers_) {
       cudaFree(t.table);
@@ -110,9 +124,6 @@ class CudaDevice final : public Device {
     cudaEventDestroy(step_done_);
     cudaEventDestroy(compute_mark_);
     cudaStreamDestroy(comm_);
-    if (switched) {
-      cudaSetDevice(previous);
-    }
   }
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
@@ -179,7 +190,7 @@ class CudaDevice final : public Device {
     const bool on_device = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
     if (!on_device || a.device != device_) {
       throw InvalidArgument("grad_sync: failed to register parameters: " + what +
-                            " is not memory of the current CUDA device; memory_type=" +
+                            " is not memory of the communicator's CUDA device; memory_type=" +
                             std::to_string(static_cast<int>(a.type)) + ", memory_device=" +
                             std::to_string(a.device) + ", device=" + std::to_string(device_));
     }
@@ -239,12 +250,14 @@ class CudaDevice final : public Device {
   }
 
   void before_collective(size_t bucket, size_t in) override {
+    // An event wait needs no current device.
     check(cudaEventSynchronize(in == kNoTransfer ? ready_[bucket] : prepared_[bucket]),
           "wait for a bucket's gradients", device_);
   }
 
   void after_collective(size_t, size_t out) override {
     if (out != kNoTransfer) {
+      DeviceScope scope(device_);  // the finisher is bound already: a no-op
       launch(out);
     }
   }
@@ -280,8 +293,8 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
-std::unique_ptr<Device> make_cuda_device(size_t num_buckets, void* compute_stream) {
-  return std::make_unique<CudaDevice>(num_buckets, compute_stream);
+std::unique_ptr<Device> make_cuda_device(int device, size_t num_buckets, void* compute_stream) {
+  return std::make_unique<CudaDevice>(device, num_buckets, compute_stream);
 }
 
 }  // namespace slurmddp::grad_sync

@@ -84,11 +84,14 @@ class Device {
 // Host memory; copies with memcpy and the casts of cast.h.
 std::unique_ptr<Device> make_host_device();
 
-// CUDA memory on the current device, a communication stream of its own, and
-// `compute_stream` (a cudaStream_t; null: the legacy default stream) as the
-// stream gradients are produced and consumed on. `num_buckets` sizes the
-// per-bucket events. Throws Error when built without CUDA, CudaError when no
-// device is usable.
-std::unique_ptr<Device> make_cuda_device(size_t num_buckets, void* compute_stream);
+// CUDA memory on `device` (the communicator's, e.g. NcclCommunicator::
+// cuda_device(); -1: the calling thread's current device), a communication
+// stream of its own, and `compute_stream` (a cudaStream_t of that device;
+// null: the legacy default stream) as the stream gradients are produced and
+// consumed on. Every CUDA object is made on `device` under a scoped device
+// guard, whatever the calling thread's current device is. `num_buckets` sizes
+// the per-bucket events. Throws Error when built without CUDA, CudaError when
+// no device is usable, InvalidArgument for a device that is not visible.
+std::unique_ptr<Device> make_cuda_device(int device, size_t num_buckets, void* compute_stream);
 
 }  // namespace slurmddp::grad_sync

@@ -211,8 +211,11 @@ GradSync::Impl::Impl(std::shared_ptr<Communicator> comm, std::vector<GradParamet
     }
   }
   if (comm_->device() == DeviceKind::kCuda) {
+    // The buckets, streams and events live on the communicator's device, not
+    // on whatever device the constructing thread has current.
     nccl_ = as_nccl_communicator(comm_.get());
-    device_ = grad_sync::make_cuda_device(plan.buckets.size(), options_.cuda_stream);
+    device_ = grad_sync::make_cuda_device(nccl_ != nullptr ? nccl_->cuda_device() : -1,
+                                          plan.buckets.size(), options_.cuda_stream);
   } else {
     device_ = grad_sync::make_host_device();
   }

@@ -203,6 +203,12 @@ struct WorkerArgs {
     }                                                                           \
   } while (0)
 
+// The device SLURMDDP_TEST_DEVICE names (set by rank_env), or -1.
+int worker_device() {
+  const char* dev = std::getenv("SLURMDDP_TEST_DEVICE");
+  return dev != nullptr ? std::atoi(dev) : -1;
+}
+
 std::unique_ptr<Communicator> worker_comm(const WorkerArgs& a, const std::shared_ptr<Store>& store,
                                           const std::string& prefix) {
   NcclOptions o;
@@ -211,8 +217,7 @@ std::unique_ptr<Communicator> worker_comm(const WorkerArgs& a, const std::shared
   o.store = store;
   o.prefix = prefix;
   o.timeout = a.timeout;
-  const char* dev = std::getenv("SLURMDDP_TEST_DEVICE");
-  o.device = dev != nullptr ? std::atoi(dev) : -1;
+  o.device = worker_device();
   return make_nccl_communicator(o);
 }
 
@@ -228,6 +233,17 @@ void report(const WorkerArgs& a, const std::vector<std::string>& failures) {
 }
 
 int run_worker(const WorkerArgs& a) {
+  // The rank's own GPU first, before any other CUDA call: its buffers must
+  // live there, and no context may appear on a GPU this rank does not use
+  // (cudaSetDevice creates one since CUDA 12).
+  if (const int device = worker_device(); device >= 0) {
+    const cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+      std::fprintf(stderr, "rank %d: cudaSetDevice(%d): %s\n", a.rank, device,
+                   cudaGetErrorName(e));
+      return 1;
+    }
+  }
   TcpStoreOptions so;
   so.host = "127.0.0.1";
   so.port = a.port;

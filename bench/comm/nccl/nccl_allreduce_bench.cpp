@@ -313,6 +313,9 @@ int run_rank(const Args& a, int devices) {
   o.rank = rank;
   o.size = size;
   o.device = rank % devices;
+  // The rank's GPU before any other CUDA work: buffers go there, and no
+  // context appears on a GPU this rank does not use.
+  cuda_check(cudaSetDevice(o.device), "cudaSetDevice");
   o.store = store;
   o.prefix = "bench/nccl";
   o.timeout = std::chrono::milliseconds(a.timeout_ms);
@@ -332,7 +335,6 @@ int run_rank(const Args& a, int devices) {
   const size_t esz = bytes_of(a.type);
   const size_t max_count = a.max_bytes / esz;
   void* buf = nullptr;
-  cuda_check(cudaSetDevice(o.device), "cudaSetDevice");
   cuda_check(cudaMalloc(&buf, std::max<size_t>(max_count, 1) * esz), "cudaMalloc");
   double* stat = nullptr;  // per-rank figures reduced over ranks on the GPU
   cuda_check(cudaMalloc(reinterpret_cast<void**>(&stat), 2 * sizeof(double)), "cudaMalloc");

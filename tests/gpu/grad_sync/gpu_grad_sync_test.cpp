@@ -170,7 +170,7 @@ std::vector<size_t> shuffled(size_t n, uint64_t seed) {
 // ---- the kernel -----------------------------------------------------------------
 
 TEST(TransferKernel, MatchesTheHostCastsForEveryPairAndSegmentShape) {
-  auto device = grad_sync::make_cuda_device(1, nullptr);
+  auto device = grad_sync::make_cuda_device(0, 1, nullptr);
   const DataType types[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                             DataType::kBFloat16};
   const std::vector<size_t> counts = {0, 1, 7, 4095, 4096, 4097, 100003};
