@@ -7,8 +7,9 @@
 // With as many GPUs as ranks each rank takes its own; with fewer, the ranks
 // share device 0 the way NCCL allows it: each rank claims another host
 // (NCCL_HOSTID) and they talk over loopback sockets (Note [Sharing one GPU]).
-// A first two-rank probe decides whether that works here; where it does not,
-// the multi-process tests skip and say why.
+// A first two-rank probe decides whether that works here: where NCCL refuses
+// it ("Duplicate GPU detected", ncclInvalidUsage) the multi-process tests skip
+// and say why; any other failure of the probe fails them (probe_verdict.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -30,6 +31,7 @@
 #include "collective_checks.h"
 #include "comm/nccl_scale.h"
 #include "gpu_values.h"
+#include "probe_verdict.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/store.h"
@@ -104,9 +106,12 @@ std::optional<int> wait_for(pid_t pid, Clock::time_point deadline) {
 }
 
 // Note [Sharing one GPU]: NCCL refuses two ranks on one device of one host
-// ("Duplicate GPU detected"). Ranks that claim different hosts (NCCL_HOSTID)
-// pass that check and use the network transport, here TCP over loopback:
-// slow, but every collective runs the same NCCL code paths.
+// ("Duplicate GPU detected", ncclInvalidUsage). Up to 2.28 ranks that claim
+// different hosts (NCCL_HOSTID) pass that check and use the network
+// transport, here TCP over loopback: slow, but every collective runs the same
+// NCCL code paths. NCCL 2.30 adds NCCL_MULTI_RANK_GPU_ENABLE=1 to allow it
+// outright; both are set. Where NCCL still refuses, the multi-rank tests skip
+// (probe_verdict.h says exactly when).
 std::map<std::string, std::string> rank_env(int rank, int size) {
   std::map<std::string, std::string> env;
   if (g_device_count >= size) {
@@ -120,6 +125,7 @@ std::map<std::string, std::string> rank_env(int rank, int size) {
   env["NCCL_SHM_DISABLE"] = "1";
   env["NCCL_IB_DISABLE"] = "1";
   env["NCCL_NVLS_ENABLE"] = "0";
+  env["NCCL_MULTI_RANK_GPU_ENABLE"] = "1";
   return env;
 }
 
@@ -162,24 +168,42 @@ std::string describe(const Launch& l) {
   return s;
 }
 
-// Whether two rank processes can form a communicator here (see the note).
-// nullopt: yes; else why not.
-const std::optional<std::string>& multi_rank_unsupported() {
-  static const std::optional<std::string> reason = []() -> std::optional<std::string> {
+struct Probe {
+  ProbeVerdict verdict = ProbeVerdict::kFailed;
+  std::string text;
+};
+
+// Whether two rank processes can form a communicator here (see the note),
+// run once per test program.
+const Probe& multi_rank_probe() {
+  static const Probe probe = [] {
     const Launch l = run_ranks("probe", 2, milliseconds(60000), std::chrono::seconds(120));
-    bool ok = true;
-    for (const auto& c : l.exit_codes) ok = ok && c && *c == 0;
-    if (ok) return std::nullopt;
-    if (g_device_count >= 2) return std::nullopt;  // real devices: let the tests fail loudly
-    return "two ranks sharing the only GPU could not form an NCCL communicator (" +
-           describe(l) + "see the rank logs above); multi-rank tests need 2 GPUs here";
+    Probe p;
+    p.verdict = probe_verdict(l.exit_codes, /*ranks_share_a_gpu=*/g_device_count < 2);
+    switch (p.verdict) {
+      case ProbeVerdict::kWorks:
+        break;
+      case ProbeVerdict::kRefused:
+        p.text = kSharedGpuRefusedText;
+        break;
+      case ProbeVerdict::kFailed:
+        p.text = "the two-rank probe failed (" + describe(l) + "see the rank logs above); only "
+                 "NCCL's refusal of two ranks on one GPU (every rank exiting " +
+                 std::to_string(kExitSharedGpuRefused) + ") would skip";
+        break;
+    }
+    return p;
   }();
-  return reason;
+  return probe;
 }
 
-#define SKIP_WITHOUT_MULTI_RANK()                                      \
-  do {                                                                 \
-    if (const auto& why = multi_rank_unsupported()) GTEST_SKIP() << *why; \
+// Skips only for NCCL's refusal to share the one GPU; fails for any other
+// failure of the probe.
+#define REQUIRE_MULTI_RANK()                                                       \
+  do {                                                                             \
+    const Probe& probe_ = multi_rank_probe();                                      \
+    if (probe_.verdict == ProbeVerdict::kRefused) GTEST_SKIP() << probe_.text;     \
+    if (probe_.verdict == ProbeVerdict::kFailed) FAIL() << probe_.text;            \
   } while (0)
 
 // ---------------------------------------------------------------- rank processes
@@ -252,7 +276,13 @@ int run_worker(const WorkerArgs& a) {
   const Bytes yes{'1'};
 
   if (a.scenario == "probe") {
-    auto comm = worker_comm(a, store, "probe");
+    std::unique_ptr<Communicator> comm;
+    try {
+      comm = worker_comm(a, store, "probe");
+    } catch (const NcclError& e) {
+      std::fprintf(stderr, "rank %d: probe: %s\n", a.rank, e.what());
+      return is_shared_gpu_refusal(e.what()) ? kExitSharedGpuRefused : 1;
+    }
     DeviceBuffer buf(sizeof(float));
     const float one = static_cast<float>(a.rank + 1);
     cudaMemcpy(buf.get(), &one, sizeof one, cudaMemcpyHostToDevice);
@@ -620,7 +650,7 @@ TEST(Errors, WorldSizeMismatchIsNamed) {
 class Multi : public ::testing::TestWithParam<int> {};
 
 TEST_P(Multi, EveryCollectiveTypeOpAndCount) {
-  SKIP_WITHOUT_MULTI_RANK();
+  REQUIRE_MULTI_RANK();
   const Launch l = run_ranks("collectives", GetParam(), milliseconds(60000),
                              std::chrono::seconds(240));
   for (const auto& c : l.exit_codes) EXPECT_TRUE(c && *c == 0) << describe(l);
@@ -632,20 +662,20 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, Multi, ::testing::Values(2, 3),
                          });
 
 TEST(MultiFailures, WorkWaitTimeoutAbortsAndBreaks) {
-  SKIP_WITHOUT_MULTI_RANK();
+  REQUIRE_MULTI_RANK();
   const Launch l = run_ranks("wait_timeout", 2, milliseconds(30000), std::chrono::seconds(90));
   ASSERT_TRUE(l.exit_codes[0] && *l.exit_codes[0] == 0) << describe(l);
 }
 
 TEST(MultiFailures, WatchdogAbortsAnOperationPastTheTimeout) {
-  SKIP_WITHOUT_MULTI_RANK();
+  REQUIRE_MULTI_RANK();
   // 6 s: long enough for NCCL's init over loopback, short for the suite.
   const Launch l = run_ranks("watchdog", 2, milliseconds(6000), std::chrono::seconds(90));
   ASSERT_TRUE(l.exit_codes[0] && *l.exit_codes[0] == 0) << describe(l);
 }
 
 TEST(MultiFailures, KilledPeerEndsInAnErrorWithinTheTimeout) {
-  SKIP_WITHOUT_MULTI_RANK();
+  REQUIRE_MULTI_RANK();
   const Launch l = run_ranks(
       "peer_killed", 2, milliseconds(6000), std::chrono::seconds(90),
       [](Store& store, const std::vector<pid_t>& pids) {

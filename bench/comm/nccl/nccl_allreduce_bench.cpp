@@ -13,7 +13,8 @@
 // Ranks: --ranks N starts N processes of this program around a TCP store on
 // loopback; rank r takes device r modulo the visible devices. With fewer
 // devices than ranks they share devices the way NCCL allows it (each claims
-// another host with NCCL_HOSTID and they talk over loopback TCP): a check of
+// another host with NCCL_HOSTID, NCCL >= 2.30 also gets
+// NCCL_MULTI_RANK_GPU_ENABLE=1, and they talk over loopback TCP): a check of
 // the multi-process path, not a bandwidth figure; the preamble says so.
 //
 //   nccl_allreduce_bench [--ranks N] [-b MIN_BYTES] [-e MAX_BYTES] [-f FACTOR]
@@ -472,6 +473,7 @@ int run_parent(const Args& a, int devices) {
       extra["NCCL_SHM_DISABLE"] = "1";
       extra["NCCL_IB_DISABLE"] = "1";
       extra["NCCL_NVLS_ENABLE"] = "0";
+      extra["NCCL_MULTI_RANK_GPU_ENABLE"] = "1";  // NCCL >= 2.30 allows sharing with it
     }
     std::vector<std::string> envs;
     for (char** e = environ; *e != nullptr; ++e) {
