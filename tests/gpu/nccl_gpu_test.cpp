@@ -1,5 +1,5 @@
 // The gpu suite of the NCCL communicator. Exits 77 (meson's skip) when no
-// CUDA device exists, and only then.
+// CUDA device exists, and only then (device_presence.h).
 //
 // Single-process tests use one rank (or two ranks of which one never comes,
 // for the init timeout). Multi-process tests start this binary again as rank
@@ -30,6 +30,7 @@
 
 #include "collective_checks.h"
 #include "comm/nccl_scale.h"
+#include "device_presence.h"
 #include "gpu_values.h"
 #include "probe_verdict.h"
 #include "slurmddp/error.h"
@@ -697,17 +698,19 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--worker") == 0) {
     return slurmddp::gpu_testing::worker_main(argc, argv);
   }
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
   if (argc > 1 && std::strcmp(argv[1], "--count-devices") == 0) {  // for scripts/gpu-check
-    std::printf("%d\n", e == cudaSuccess ? count : 0);
+    // The count (0: no device), or exit 1 when CUDA is broken (device_presence.h).
+    const auto c = slurmddp::gpu_testing::check_gpus();
+    if (c.presence == slurmddp::gpu_testing::GpuPresence::kBroken) {
+      std::fprintf(stderr, "gpu_nccl: failed to initialize CUDA: %s\n", c.detail.c_str());
+      return 1;
+    }
+    std::printf("%d\n", c.count);
     return 0;
   }
-  if (e != cudaSuccess || count == 0) {
-    std::printf("SKIP: no CUDA device here (cudaGetDeviceCount: %s, %d devices); the gpu suite "
-                "needs one\n",
-                e == cudaSuccess ? "cudaSuccess" : cudaGetErrorName(e), count);
-    return 77;
+  int count = 0;
+  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_nccl", &count); status != 0) {
+    return status;
   }
   slurmddp::gpu_testing::g_device_count = count;
   ::testing::InitGoogleTest(&argc, argv);

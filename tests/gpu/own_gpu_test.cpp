@@ -3,7 +3,8 @@
 // thread's current device is, and never create a context on another GPU
 // (Note [Device guard without stray contexts] in
 // runtime/common/cuda_device_guard.h). Needs two GPUs; with one, the tests
-// skip and say so. Exits 77 (meson's skip) only when no CUDA device exists.
+// skip and say so. Exits 77 (meson's skip) only when no CUDA device exists
+// (device_presence.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "common/cuda_device_guard.h"
+#include "device_presence.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
 
@@ -246,10 +248,8 @@ int main(int argc, char** argv) {
     return slurmddp::gpu_testing::fresh_process_main();
   }
   int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    std::printf("SKIP: no CUDA device here (cudaGetDeviceCount: %s)\n", cudaGetErrorName(e));
-    return 77;
+  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_own_gpu", &count); status != 0) {
+    return status;
   }
   slurmddp::gpu_testing::g_device_count = count;
   ::testing::InitGoogleTest(&argc, argv);

@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_presence.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/tcp_store.h"
@@ -514,12 +515,11 @@ int run_parent(const Args& a, int devices) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  // 77 only without a device; broken CUDA on a GPU machine is a failure.
   int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices == 0) {
-    std::printf("# nccl_allreduce_bench: skipped: no CUDA device (%s)\n",
-                e == cudaSuccess ? "0 devices" : cudaGetErrorName(e));
-    return 77;
+  if (const int status = slurmddp::gpu_testing::gpu_gate("nccl_allreduce_bench", &devices);
+      status != 0) {
+    return status;
   }
   try {
     if (a.ranks > 1 && a.rank < 0) return run_parent(a, devices);

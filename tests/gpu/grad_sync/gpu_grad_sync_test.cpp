@@ -2,7 +2,7 @@
 // against the host casts, and the engine (copy-in/out kernels, compression,
 // gradient views, stream ordering) with ranks as threads sharing the device
 // through a CUDA-facing fake communicator. Exits 77 (meson's skip) only when
-// no CUDA device exists.
+// no CUDA device exists (device_presence.h).
 #include <cuda_runtime_api.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "device_presence.h"
 #include "fake_group.h"
 #include "grad_sync/bucket_plan.h"
 #include "grad_sync/cast.h"
@@ -400,11 +401,9 @@ TEST(GpuEngineChecks, HostPointersAreRefusedOnEveryRank) {
 
 int main(int argc, char** argv) {
   int devices = 0;
-  const cudaError_t status = cudaGetDeviceCount(&devices);
-  if (status != cudaSuccess || devices == 0) {
-    std::printf("no CUDA device (%s): skipping\n",
-                status != cudaSuccess ? cudaGetErrorString(status) : "count is 0");
-    return 77;
+  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_grad_sync", &devices);
+      status != 0) {
+    return status;
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
