@@ -41,6 +41,24 @@ void cuda_or_throw(cudaError_t status, const char* what) {
   }
 }
 
+// Note [Uploads that have landed]
+// cudaMemcpy from pageable host memory to the device may return once the data
+// is staged, before the DMA reached device memory (transfers up to 64 KiB),
+// and its ordering on the legacy default stream does not reach non-blocking
+// streams such as the engine's communication stream. A buffer handed to the
+// engine right after such a copy (parameters before construction, a
+// collective's result before the engine's copy-out kernel) could be read
+// before the data arrived. Every host-to-device copy of this test therefore
+// goes through upload_landed(): an asynchronous copy on this thread's stream
+// and a synchronization of that stream, after which the data is in device
+// memory for every stream.
+void upload_landed(void* dst, const void* host, size_t bytes) {
+  if (bytes == 0) return;
+  cuda_or_throw(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread),
+                "copy to the device");
+  cuda_or_throw(cudaStreamSynchronize(cudaStreamPerThread), "wait for a copy to the device");
+}
+
 // Device memory owned by the test.
 class DeviceBuffer {
  public:
@@ -53,9 +71,7 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void* get() const { return p_; }
-  void upload(const void* host) {
-    cuda_or_throw(cudaMemcpy(p_, host, bytes_, cudaMemcpyHostToDevice), "upload");
-  }
+  void upload(const void* host) { upload_landed(p_, host, bytes_); }
   void download(void* host) const {
     cuda_or_throw(cudaMemcpy(host, p_, bytes_, cudaMemcpyDeviceToHost), "download");
   }
@@ -67,7 +83,9 @@ class DeviceBuffer {
 
 // A Communicator on CUDA buffers over the host FakeGroup: device data is
 // copied to host memory when the collective is issued (the engine guarantees
-// it is ready then) and back when the Work is waited for.
+// it is ready then) and back when the Work is waited for, landed before wait()
+// returns (Note [Uploads that have landed]): the engine's copy-out kernel runs
+// on its own non-blocking stream right after.
 class CudaFacade final : public Communicator {
  public:
   explicit CudaFacade(std::shared_ptr<Communicator> host) : host_(std::move(host)) {}
@@ -113,9 +131,7 @@ class CudaFacade final : public Communicator {
     void wait(std::chrono::milliseconds timeout) override {
       inner_->wait(timeout);
       if (!copied_ && !staged_->host.empty()) {
-        cuda_or_throw(
-            cudaMemcpy(device_, staged_->host.data(), staged_->host.size(), cudaMemcpyHostToDevice),
-            "copy a result to the device");
+        upload_landed(device_, staged_->host.data(), staged_->host.size());
       }
       copied_ = true;
     }
