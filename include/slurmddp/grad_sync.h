@@ -35,11 +35,11 @@
 //  - The communicator is shared, not owned exclusively: between steps the
 //    caller may use it for its own collectives, but not while a step is in
 //    progress from another thread (the ranks could then issue collectives in
-//    different orders). With NCCL, the engine points the communicator's
-//    compute stream (NcclCommunicator::set_compute_stream) at its own
-//    communication stream from the first bucket of a step until wait(), so
-//    that a bucket's allreduce does not wait for all of backward queued so far;
-//    the caller's stream is restored before wait() returns.
+//    different orders). With NCCL, each bucket's allreduce waits on the GPU
+//    for that bucket's own ready event (NcclOrder::after_event), not for all
+//    of backward queued so far on the compute stream; the engine never changes
+//    the communicator's settings (its compute stream stays the caller's, for
+//    every collective other code issues).
 #pragma once
 
 #include <chrono>

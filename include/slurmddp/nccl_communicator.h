@@ -38,10 +38,13 @@
 //    `order_after_compute_stream` is false it first waits, on the GPU, for the
 //    work queued so far on the compute stream (set_compute_stream(); default:
 //    the legacy default stream 0), so data produced by earlier kernels is
-//    read, never stale. Calls return once NCCL has queued the work (the CPU
-//    does not wait for the GPU). Buffers must stay valid and untouched until
-//    the Work completed; to consume results on another stream without a CPU
-//    wait, use wait_on_stream().
+//    read, never stale. An operation can say instead what it waits for, for
+//    itself alone (NcclOrder: a stream, an event, or nothing) through the
+//    NcclCommunicator overloads; that leaves the compute stream, which every
+//    thread's operations share, untouched. Calls return once NCCL has queued
+//    the work (the CPU does not wait for the GPU). Buffers must stay valid and
+//    untouched until the Work completed; to consume results on another stream
+//    without a CPU wait, use wait_on_stream().
 //  - avg: ncclAvg where the loaded NCCL has it, else a sum followed by a
 //    scaling kernel (integers: sum then divide, truncating toward zero).
 //    float16 and bfloat16 map to ncclFloat16 and ncclBfloat16 (reduced in
@@ -81,10 +84,13 @@
 // The type behind cudaStream_t, declared here so that this header does not
 // need the CUDA headers: a cudaStream_t converts to CudaStream and back.
 struct CUstream_st;
+struct CUevent_st;
 
 namespace slurmddp {
 
 using CudaStream = CUstream_st*;
+// A cudaEvent_t, declared the same way.
+using CudaEvent = CUevent_st*;
 
 // NCCL_UNIQUE_ID_BYTES (checked against nccl.h where the library is built).
 inline constexpr size_t kNcclUniqueIdBytes = 128;
@@ -127,15 +133,75 @@ struct NcclOptions {
   bool high_priority_stream = true;
 };
 
+// What one operation waits for, on the GPU, before it runs on the
+// communicator's stream. The default follows the communicator's compute
+// stream (NcclOptions::compute_stream, set_compute_stream). Only the
+// operation given this order is affected: nothing of the communicator changes.
+struct NcclOrder {
+  enum class Kind {
+    kComputeStream,  // the compute stream (skipped when order_after_compute_stream is false)
+    kStream,         // the work queued so far on `stream` (nullptr: the legacy default stream)
+    kEvent,          // the completion of `event`'s latest record (cudaEventRecord before the call)
+    kNothing,        // nothing: the caller orders the operation's inputs itself
+  };
+  Kind kind = Kind::kComputeStream;
+  // kStream: a stream of this communicator's device.
+  CudaStream stream = nullptr;
+  // kEvent: an event of any device (a never-recorded event orders nothing).
+  CudaEvent event = nullptr;
+
+  static NcclOrder after_stream(CudaStream s) {
+    NcclOrder o;
+    o.kind = Kind::kStream;
+    o.stream = s;
+    return o;
+  }
+  static NcclOrder after_event(CudaEvent e) {
+    NcclOrder o;
+    o.kind = Kind::kEvent;
+    o.event = e;
+    return o;
+  }
+  static NcclOrder unordered() {
+    NcclOrder o;
+    o.kind = Kind::kNothing;
+    return o;
+  }
+};
+
 // The NCCL-specific surface beyond Communicator.
 class NcclCommunicator : public Communicator {
  public:
+  using Communicator::allgather;
+  using Communicator::allreduce;
+  using Communicator::barrier;
+  using Communicator::broadcast;
+  using Communicator::reduce_scatter;
+
+  // The collectives of Communicator, each waiting for what `order` names
+  // instead of the compute stream (see NcclOrder). Same semantics, errors and
+  // thread safety otherwise; an event order without an event throws
+  // InvalidArgument.
+  virtual WorkHandle allreduce(void* data, size_t count, DataType type, ReduceOp op,
+                               const NcclOrder& order) = 0;
+  virtual WorkHandle broadcast(void* data, size_t count, DataType type, int root,
+                               const NcclOrder& order) = 0;
+  virtual WorkHandle allgather(const void* send, void* recv, size_t count, DataType type,
+                               const NcclOrder& order) = 0;
+  virtual WorkHandle reduce_scatter(const void* send, void* recv, size_t count, DataType type,
+                                    ReduceOp op, const NcclOrder& order) = 0;
+  virtual WorkHandle barrier(const NcclOrder& order) = 0;
+
   // The CUDA device ordinal this communicator uses.
   virtual int cuda_device() const = 0;
   // The communicator's own stream, on which every operation runs.
   virtual CudaStream stream() const = 0;
-  // The stream later operations wait for (see NcclOptions::compute_stream).
-  // Thread-safe; takes effect for operations issued after it returns.
+  // The stream later operations wait for by default (see
+  // NcclOptions::compute_stream). Thread-safe; takes effect for operations
+  // issued after it returns, from every thread: it is the communicator's
+  // setting, not the caller's. Code that shares the communicator with others
+  // and needs another order for its own operations (GradSync, for instance)
+  // passes an NcclOrder to those operations instead of swapping this.
   virtual void set_compute_stream(CudaStream stream) = 0;
   virtual CudaStream compute_stream() const = 0;
   // Makes `stream` wait, on the GPU, until `work` (from this communicator)

@@ -75,12 +75,30 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   DeviceKind device() const override { return DeviceKind::kCuda; }
   milliseconds timeout() const override { return timeout_; }
 
-  WorkHandle allreduce(void* data, size_t count, DataType type, ReduceOp op) override;
-  WorkHandle broadcast(void* data, size_t count, DataType type, int root) override;
-  WorkHandle allgather(const void* send, void* recv, size_t count, DataType type) override;
+  WorkHandle allreduce(void* data, size_t count, DataType type, ReduceOp op) override {
+    return allreduce(data, count, type, op, NcclOrder{});
+  }
+  WorkHandle broadcast(void* data, size_t count, DataType type, int root) override {
+    return broadcast(data, count, type, root, NcclOrder{});
+  }
+  WorkHandle allgather(const void* send, void* recv, size_t count, DataType type) override {
+    return allgather(send, recv, count, type, NcclOrder{});
+  }
   WorkHandle reduce_scatter(const void* send, void* recv, size_t count, DataType type,
-                            ReduceOp op) override;
-  WorkHandle barrier() override;
+                            ReduceOp op) override {
+    return reduce_scatter(send, recv, count, type, op, NcclOrder{});
+  }
+  WorkHandle barrier() override { return barrier(NcclOrder{}); }
+
+  WorkHandle allreduce(void* data, size_t count, DataType type, ReduceOp op,
+                       const NcclOrder& order) override;
+  WorkHandle broadcast(void* data, size_t count, DataType type, int root,
+                       const NcclOrder& order) override;
+  WorkHandle allgather(const void* send, void* recv, size_t count, DataType type,
+                       const NcclOrder& order) override;
+  WorkHandle reduce_scatter(const void* send, void* recv, size_t count, DataType type,
+                            ReduceOp op, const NcclOrder& order) override;
+  WorkHandle barrier(const NcclOrder& order) override;
 
   int cuda_device() const override { return device_; }
   CudaStream stream() const override { return stream_; }
@@ -103,8 +121,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                     DataType type, size_t ranks) const;
   size_t checked_bytes(const char* verb, size_t count, DataType type, size_t ranks) const;
   std::string op_text(const std::string& what, uint64_t seq) const;
-  WorkHandle issue(const std::string& what, size_t count, const Enqueue& enqueue,
-                   const After& after = nullptr);
+  void check_order(const char* verb, const NcclOrder& order) const;
+  WorkHandle issue(const std::string& what, size_t count, const NcclOrder& order,
+                   const Enqueue& enqueue, const After& after = nullptr);
   void settle(ncclResult_t r, const std::string& what, Clock::time_point deadline);
 
   void watchdog_main();
@@ -121,7 +140,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   int version_ = 0;
   bool native_avg_ = true;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t order_event_ = nullptr;  // recorded on the compute stream; guarded by the NCCL mutex
+  cudaEvent_t order_event_ = nullptr;  // recorded on the stream to follow; guarded by the NCCL mutex
   int32_t* barrier_buffer_ = nullptr;
   const bool order_after_compute_;
   std::atomic<CudaStream> compute_stream_;
@@ -444,8 +463,24 @@ void NcclCommunicatorImpl::settle(ncclResult_t r, const std::string& what,
   }
 }
 
+void NcclCommunicatorImpl::check_order(const char* verb, const NcclOrder& order) const {
+  switch (order.kind) {
+    case NcclOrder::Kind::kComputeStream:
+    case NcclOrder::Kind::kStream:
+    case NcclOrder::Kind::kNothing:
+      return;
+    case NcclOrder::Kind::kEvent:
+      if (order.event != nullptr) return;
+      throw InvalidArgument(std::string("nccl: failed to ") + verb +
+                            ": NcclOrder::Kind::kEvent without an event; " + where_);
+  }
+  throw InvalidArgument(std::string("nccl: failed to ") + verb + ": unknown NcclOrder kind " +
+                        std::to_string(static_cast<int>(order.kind)) + "; " + where_);
+}
+
 WorkHandle NcclCommunicatorImpl::issue(const std::string& what, size_t count,
-                                       const Enqueue& enqueue, const After& after) {
+                                       const NcclOrder& order, const Enqueue& enqueue,
+                                       const After& after) {
   check_usable();
   if (count == 0) {
     return std::make_shared<NcclWork>(what, 0, state_, nullptr, Clock::now());
@@ -474,13 +509,34 @@ WorkHandle NcclCommunicatorImpl::issue(const std::string& what, size_t count,
   if (e != cudaSuccess) fail_cuda("cudaEventCreateWithFlags", e);
   auto work = std::make_shared<NcclWork>(described, seq, state_, end, issued);
 
-  if (order_after_compute_) {
-    // Note [Stream order]: the collective reads what earlier kernels on the
-    // compute stream wrote, so our stream waits (on the GPU) for them.
-    e = cudaEventRecord(order_event_, compute_stream_.load());
-    if (e != cudaSuccess) fail_cuda("record an event on the compute stream", e);
+  // Note [Stream order]: the collective reads what earlier kernels wrote, so
+  // our stream first waits (on the GPU) for them: by default for the work
+  // queued so far on the compute stream. An operation may name its own
+  // predecessor instead (NcclOrder): a stream, an event, or nothing. That
+  // choice is the operation's alone; the compute stream, shared by every
+  // thread's operations, never changes for it (Note [NCCL compute stream] in
+  // grad_sync.cpp says why GradSync needs exactly that).
+  auto follow_stream = [&](cudaStream_t s, const char* which) {
+    e = cudaEventRecord(order_event_, s);
+    if (e != cudaSuccess) fail_cuda((std::string("record an event on ") + which).c_str(), e);
     e = cudaStreamWaitEvent(stream_, order_event_, 0);
-    if (e != cudaSuccess) fail_cuda("order the communicator's stream after the compute stream", e);
+    if (e != cudaSuccess) {
+      fail_cuda((std::string("order the communicator's stream after ") + which).c_str(), e);
+    }
+  };
+  switch (order.kind) {
+    case NcclOrder::Kind::kComputeStream:
+      if (order_after_compute_) follow_stream(compute_stream_.load(), "the compute stream");
+      break;
+    case NcclOrder::Kind::kStream:
+      follow_stream(order.stream, "the operation's stream");
+      break;
+    case NcclOrder::Kind::kEvent:
+      e = cudaStreamWaitEvent(stream_, order.event, 0);
+      if (e != cudaSuccess) fail_cuda("order the communicator's stream after the given event", e);
+      break;
+    case NcclOrder::Kind::kNothing:
+      break;
   }
   settle(enqueue(comm, stream_), described, issued + timeout_);
   if (after) {
@@ -495,7 +551,8 @@ WorkHandle NcclCommunicatorImpl::issue(const std::string& what, size_t count,
 }
 
 WorkHandle NcclCommunicatorImpl::allreduce(void* data, size_t count, DataType type,
-                                           ReduceOp op) {
+                                           ReduceOp op, const NcclOrder& order) {
+  check_order("allreduce", order);
   check_buffer("allreduce", "data", data, count, type, 1);
   const std::string what = std::string("allreduce of ") + std::to_string(count) + " " +
                            slurmddp::to_string(type) + " (" + slurmddp::to_string(op) + ")";
@@ -524,14 +581,16 @@ WorkHandle NcclCommunicatorImpl::allreduce(void* data, size_t count, DataType ty
       }
       break;
   }
-  return issue(what, count,
+  return issue(what, count, order,
                [=](ncclComm_t c, cudaStream_t s) {
                  return ncclAllReduce(data, data, count, t, nop, c, s);
                },
                after);
 }
 
-WorkHandle NcclCommunicatorImpl::broadcast(void* data, size_t count, DataType type, int root) {
+WorkHandle NcclCommunicatorImpl::broadcast(void* data, size_t count, DataType type, int root,
+                                           const NcclOrder& order) {
+  check_order("broadcast", order);
   if (root < 0 || root >= size_) {
     throw InvalidArgument("nccl: failed to broadcast: root " + std::to_string(root) +
                           " is not a rank of this communicator; root=" + std::to_string(root) +
@@ -541,7 +600,7 @@ WorkHandle NcclCommunicatorImpl::broadcast(void* data, size_t count, DataType ty
   const std::string what = std::string("broadcast of ") + std::to_string(count) + " " +
                            slurmddp::to_string(type) + " from rank " + std::to_string(root);
   const ncclDataType_t t = to_nccl(type);
-  return issue(what, count, [=](ncclComm_t c, cudaStream_t s) {
+  return issue(what, count, order, [=](ncclComm_t c, cudaStream_t s) {
     return ncclBroadcast(data, data, count, t, root, c, s);
   });
 }
@@ -557,7 +616,8 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 }  // namespace
 
 WorkHandle NcclCommunicatorImpl::allgather(const void* send, void* recv, size_t count,
-                                           DataType type) {
+                                           DataType type, const NcclOrder& order) {
+  check_order("allgather", order);
   check_buffer("allgather", "send", send, count, type, 1);
   check_buffer("allgather", "recv", recv, count, type, static_cast<size_t>(size_));
   const size_t chunk = checked_bytes("allgather", count, type, 1);
@@ -570,13 +630,15 @@ WorkHandle NcclCommunicatorImpl::allgather(const void* send, void* recv, size_t 
   const std::string what = std::string("allgather of ") + std::to_string(count) + " " +
                            slurmddp::to_string(type) + " per rank";
   const ncclDataType_t t = to_nccl(type);
-  return issue(what, count, [=](ncclComm_t c, cudaStream_t s) {
+  return issue(what, count, order, [=](ncclComm_t c, cudaStream_t s) {
     return ncclAllGather(send, recv, count, t, c, s);
   });
 }
 
 WorkHandle NcclCommunicatorImpl::reduce_scatter(const void* send, void* recv, size_t count,
-                                                DataType type, ReduceOp op) {
+                                                DataType type, ReduceOp op,
+                                                const NcclOrder& order) {
+  check_order("reduce_scatter", order);
   check_buffer("reduce_scatter", "send", send, count, type, static_cast<size_t>(size_));
   check_buffer("reduce_scatter", "recv", recv, count, type, 1);
   const size_t chunk = checked_bytes("reduce_scatter", count, type, 1);
@@ -613,18 +675,19 @@ WorkHandle NcclCommunicatorImpl::reduce_scatter(const void* send, void* recv, si
       }
       break;
   }
-  return issue(what, count,
+  return issue(what, count, order,
                [=](ncclComm_t c, cudaStream_t s) {
                  return ncclReduceScatter(send, recv, count, t, nop, c, s);
                },
                after);
 }
 
-WorkHandle NcclCommunicatorImpl::barrier() {
+WorkHandle NcclCommunicatorImpl::barrier(const NcclOrder& order) {
+  check_order("barrier", order);
   int32_t* buffer = barrier_buffer_;
   // A one-element max over zeros: completes on a rank only once every rank
   // has reached it, and the value never changes.
-  return issue("barrier", 1, [buffer](ncclComm_t c, cudaStream_t s) {
+  return issue("barrier", 1, order, [buffer](ncclComm_t c, cudaStream_t s) {
     return ncclAllReduce(buffer, buffer, 1, ncclInt32, ncclMax, c, s);
   });
 }

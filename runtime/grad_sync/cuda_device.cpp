@@ -12,7 +12,10 @@
 // core that backward may need. The price is one host round trip per bucket,
 // which pipelining hides: the copy-in of bucket k+1 runs on the GPU while the
 // allreduce of bucket k is in flight, and the allreduce of k+1 is issued as
-// soon as its copy-in is done.
+// soon as its copy-in is done. With NCCL the allreduce also waits for the
+// bucket's event on the GPU (collective_event, NcclOrder::after_event): the
+// order is stated where NCCL runs, not only implied by the host wait, and it
+// is that bucket's event alone, never a stream holding later buckets' copies.
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -266,6 +269,10 @@ class CudaDevice final : public Device {
     DeviceScope scope(device_);
     check(cudaEventRecord(step_done_, comm_), "record the step's end", device_);
     check(cudaStreamWaitEvent(compute_, step_done_, 0), "order the compute stream", device_);
+  }
+
+  void* collective_event(size_t bucket, size_t in) const override {
+    return in == kNoTransfer ? ready_[bucket] : prepared_[bucket];
   }
 
   void bind_thread() override { check(cudaSetDevice(device_), "select the CUDA device", device_); }

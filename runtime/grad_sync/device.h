@@ -16,7 +16,8 @@
 // CUDA: bucket_ready records an event on the compute stream, makes the
 // communication stream wait for it and enqueues the copy-in kernel there;
 // before_collective blocks the launcher thread until that kernel is done (see
-// Note [Ordering with the communicator] in cuda_device.cpp); after_collective
+// Note [Ordering with the communicator] in cuda_device.cpp), and an NCCL
+// allreduce also waits on the GPU for collective_event(b); after_collective
 // enqueues the copy-out kernel on the communication stream; end_step makes the
 // compute stream wait for the communication stream.
 #pragma once
@@ -73,6 +74,13 @@ class Device {
   virtual void before_collective(size_t bucket, size_t in) = 0;
   virtual void after_collective(size_t bucket, size_t out) = 0;
   virtual void end_step() = 0;
+
+  // The event (a cudaEvent_t) whose latest record completes bucket `bucket`'s
+  // wire data for this step, recorded by bucket_ready: the copy-in's event, or
+  // the gradient-ready event when `in` is kNoTransfer. Null on the host. The
+  // engine orders the bucket's NCCL allreduce after it (Note [NCCL compute
+  // stream] in grad_sync.cpp).
+  virtual void* collective_event(size_t bucket, size_t in) const = 0;
 
   // Called once at the start of each background thread (CUDA: selects the device).
   virtual void bind_thread() = 0;

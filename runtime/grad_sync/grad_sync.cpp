@@ -133,8 +133,7 @@ class GradSync::Impl {
   void reset_step_locked();
   void launcher_main();
   void finisher_main();
-  void use_own_stream_for_nccl();
-  void restore_nccl_stream() noexcept;
+  WorkHandle issue_allreduce(size_t b);
 
   const std::shared_ptr<Communicator> comm_;
   const std::vector<GradParameter> params_;
@@ -173,11 +172,8 @@ class GradSync::Impl {
   std::thread launcher_;
   std::thread finisher_;
 
-  // Note [NCCL compute stream].
+  // Note [NCCL compute stream]: the NCCL surface of comm_, or null.
   NcclCommunicator* nccl_ = nullptr;
-  std::mutex stream_mutex_;
-  CudaStream saved_stream_ = nullptr;
-  bool stream_swapped_ = false;
 };
 
 // ---- construction --------------------------------------------------------------
@@ -433,7 +429,6 @@ GradSync::Impl::~Impl() {
   if (finisher_.joinable()) {
     finisher_.join();
   }
-  restore_nccl_stream();
   // Collectives issued but not finished still use bucket memory: let them end
   // (a broken communicator fails them at once).
   for (size_t b = finished_; b < work_.size(); ++b) {
@@ -448,41 +443,37 @@ GradSync::Impl::~Impl() {
   }
 }
 
-// ---- the NCCL communicator's compute stream -------------------------------------
+// ---- ordering a bucket's allreduce on the GPU -----------------------------------
 //
 // Note [NCCL compute stream]
 // The NCCL communicator orders each collective after the work queued so far
 // on its compute stream (NcclOptions::compute_stream). For a bucket issued
 // during backward that would be all of backward the CPU has queued by then:
 // the allreduce would start only near the end, hiding nothing. The engine
-// has already made sure the bucket's data is complete before it issues
-// (before_collective), so during a step it points the communicator's compute
-// stream at its own communication stream, which holds nothing but bucket
-// copies, and gives the caller's stream back in wait() (and the destructor).
+// used to point the communicator's compute stream at its own communication
+// stream for the length of a step. That was wrong twice: bucket b then waited
+// for every copy-in queued on that stream so far, later buckets' included
+// (lost overlap), and the setting belongs to the communicator, so a
+// collective another thread issued meanwhile (between steps of its own, or a
+// metric's allreduce) was no longer ordered after the user's stream.
+// Now each bucket's allreduce names exactly what it needs, for itself alone:
+// the event that completes its wire data (the copy-in's event, or the
+// gradient-ready event when backward writes bucket memory directly;
+// Device::collective_event), passed as NcclOrder::after_event. The
+// communicator's compute stream is never touched. Other CUDA communicators
+// get plain allreduces: before_collective has already waited, on the host,
+// for that same event (Note [Ordering with the communicator] in
+// cuda_device.cpp), which the NCCL path keeps too.
 
-void GradSync::Impl::use_own_stream_for_nccl() {
-  if (nccl_ == nullptr || device_->stream() == nullptr) {
-    return;
+WorkHandle GradSync::Impl::issue_allreduce(size_t b) {
+  const Bucket& bucket = buckets_[b];
+  if (nccl_ != nullptr) {
+    if (void* event = device_->collective_event(b, bucket.in)) {
+      return nccl_->allreduce(bucket.wire, bucket.count, bucket.wire_type, ReduceOp::kAvg,
+                              NcclOrder::after_event(static_cast<CudaEvent>(event)));
+    }
   }
-  std::lock_guard<std::mutex> lock(stream_mutex_);
-  if (stream_swapped_) {
-    return;
-  }
-  saved_stream_ = nccl_->compute_stream();
-  nccl_->set_compute_stream(static_cast<CudaStream>(device_->stream()));
-  stream_swapped_ = true;
-}
-
-void GradSync::Impl::restore_nccl_stream() noexcept {
-  if (nccl_ == nullptr) {
-    return;
-  }
-  std::lock_guard<std::mutex> lock(stream_mutex_);
-  if (!stream_swapped_) {
-    return;
-  }
-  nccl_->set_compute_stream(saved_stream_);
-  stream_swapped_ = false;
+  return comm_->allreduce(bucket.wire, bucket.count, bucket.wire_type, ReduceOp::kAvg);
 }
 
 // ---- errors --------------------------------------------------------------------
@@ -581,7 +572,6 @@ void GradSync::Impl::wait() {
     return;
   }
   done_cv_.wait(lock, [&] { return error_ || finished_ == buckets_.size(); });
-  restore_nccl_stream();
   if (error_) {
     std::rethrow_exception(error_);
   }
@@ -669,9 +659,8 @@ void GradSync::Impl::launcher_main() {
         work = std::make_shared<DoneWork>();
       } else {
         device_->before_collective(b, bucket.in);
-        use_own_stream_for_nccl();
         issued = Clock::now();
-        work = comm_->allreduce(bucket.wire, bucket.count, bucket.wire_type, ReduceOp::kAvg);
+        work = issue_allreduce(b);
       }
     } catch (...) {
       failure = std::current_exception();

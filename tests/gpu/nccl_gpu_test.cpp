@@ -34,6 +34,7 @@
 #include "gpu_values.h"
 #include "probe_verdict.h"
 #include "slurmddp/error.h"
+#include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/store.h"
 #include "slurmddp/tcp_store.h"
@@ -511,6 +512,150 @@ TEST(Single, WaitsForTheComputeStream) {
   EXPECT_EQ(stale, 0u) << "the collective read the buffer before the compute stream wrote it";
   comm.reset();
   cudaStreamDestroy(compute);
+}
+
+void CUDART_CB sleep_3s(void* /*unused*/) { std::this_thread::sleep_for(milliseconds(3000)); }
+
+// A per-operation order (NcclOrder) replaces the compute stream for that
+// operation only: with its inputs ready behind an event, the collective runs
+// while the compute stream is still busy, and the communicator's compute
+// stream is not changed (Note [Stream order]).
+TEST(Single, PerOperationEventOrderLeavesTheComputeStreamAlone) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t compute = nullptr;
+  cudaStream_t producer = nullptr;
+  cudaEvent_t ready = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), cudaSuccess);
+  NcclOptions o = single_rank();
+  o.compute_stream = compute;
+  auto comm = make_nccl_communicator(o);
+  NcclCommunicator* nccl = as_nccl_communicator(comm.get());
+  ASSERT_NE(nccl, nullptr);
+  const size_t count = size_t{1} << 20;
+  DeviceBuffer send(count * 4);
+  DeviceBuffer recv(count * 4);
+  ASSERT_EQ(cudaMemset(recv.get(), 0, count * 4), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // The compute stream is busy for 3 s; the input is written on `producer`.
+  ASSERT_EQ(cudaLaunchHostFunc(compute, sleep_3s, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(send.get(), 0x01, count * 4, producer), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(ready, producer), cudaSuccess);
+  const auto start = Clock::now();
+  auto work = nccl->allgather(send.get(), recv.get(), count, DataType::kFloat32,
+                              NcclOrder::after_event(ready));
+  work->wait(milliseconds(30000));
+  const double took = seconds_since(start);
+  EXPECT_LT(took, 2.0) << "the operation waited for the compute stream despite its own order";
+  EXPECT_EQ(nccl->compute_stream(), compute);
+  std::vector<uint8_t> host(count * 4);
+  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  size_t stale = 0;
+  for (uint8_t b : host) stale += b != 0x01;
+  EXPECT_EQ(stale, 0u) << "the collective read its input before the event's work wrote it";
+  // The default order still follows the compute stream.
+  auto defaulted = comm->barrier();
+  defaulted->wait(milliseconds(30000));
+  EXPECT_GE(seconds_since(start), 2.5) << "the default order no longer waits for the compute stream";
+  // An event order needs an event; the communicator stays usable.
+  NcclOrder no_event;
+  no_event.kind = NcclOrder::Kind::kEvent;
+  EXPECT_THROW(nccl->barrier(no_event), InvalidArgument);
+  nccl->barrier(NcclOrder::unordered())->wait(milliseconds(30000));
+  comm.reset();
+  cudaEventDestroy(ready);
+  cudaStreamDestroy(producer);
+  cudaStreamDestroy(compute);
+}
+
+// GradSync orders each bucket by the bucket's own event and leaves the
+// communicator's compute stream alone, so a collective issued by other code
+// during a step still waits for the caller's stream (Note [NCCL compute
+// stream] in grad_sync.cpp; the engine used to swap the compute stream for
+// the length of a step).
+TEST(Single, GradSyncStepLeavesOtherCollectivesOrderedAfterTheComputeStream) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t compute = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+  NcclOptions o = single_rank();
+  o.compute_stream = compute;
+  std::shared_ptr<Communicator> comm = make_nccl_communicator(o);
+  NcclCommunicator* nccl = as_nccl_communicator(comm.get());
+  ASSERT_NE(nccl, nullptr);
+  const size_t n = 4096;
+  DeviceBuffer data(n * 4);
+  DeviceBuffer grad(n * 4);
+  DeviceBuffer send(n * 4);
+  DeviceBuffer recv(n * 4);
+  for (const DeviceBuffer* b : {&data, &grad, &send, &recv}) {
+    ASSERT_EQ(cudaMemset(b->get(), 0, n * 4), cudaSuccess);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  GradParameter p;
+  p.data = data.get();
+  p.grad = grad.get();
+  p.count = n;
+  p.device = DeviceKind::kCuda;
+  GradSyncOptions go;
+  go.cuda_stream = compute;
+  GradSync sync(comm, {p}, go);
+  ASSERT_EQ(cudaMemsetAsync(grad.get(), 0x02, n * 4, compute), cudaSuccess);
+  sync.mark_ready(0);
+  std::this_thread::sleep_for(milliseconds(100));  // the bucket's allreduce is issued by now
+  EXPECT_EQ(nccl->compute_stream(), compute) << "a step changed the communicator's compute stream";
+  // Other code's collective, on data the compute stream writes after a delay.
+  ASSERT_EQ(cudaLaunchHostFunc(compute, sleep_200ms, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(send.get(), 0x01, n * 4, compute), cudaSuccess);
+  auto other = comm->allgather(send.get(), recv.get(), n, DataType::kFloat32);
+  sync.wait();
+  other->wait(milliseconds(30000));
+  std::vector<uint8_t> host(n * 4);
+  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  size_t stale = 0;
+  for (uint8_t b : host) stale += b != 0x01;
+  EXPECT_EQ(stale, 0u) << "a collective issued during a step was not ordered after the compute "
+                          "stream";
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(host.data(), grad.get(), host.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  size_t wrong = 0;
+  for (uint8_t b : host) wrong += b != 0x02;
+  EXPECT_EQ(wrong, 0u) << "one rank: the averaged gradient is the gradient";
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+}
+
+// A per-operation stream order waits for that stream's queued work.
+TEST(Single, PerOperationStreamOrderWaitsForThatStream) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t producer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  NcclOptions o = single_rank();
+  o.order_after_compute_stream = false;  // only the operation's own order applies
+  auto comm = make_nccl_communicator(o);
+  NcclCommunicator* nccl = as_nccl_communicator(comm.get());
+  ASSERT_NE(nccl, nullptr);
+  const size_t count = size_t{1} << 20;
+  DeviceBuffer send(count * 4);
+  DeviceBuffer recv(count * 4);
+  ASSERT_EQ(cudaMemset(send.get(), 0, count * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(recv.get(), 0, count * 4), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(producer, sleep_200ms, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(send.get(), 0x01, count * 4, producer), cudaSuccess);
+  nccl->allgather(send.get(), recv.get(), count, DataType::kFloat32,
+                  NcclOrder::after_stream(producer))
+      ->wait(milliseconds(30000));
+  std::vector<uint8_t> host(count * 4);
+  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  size_t stale = 0;
+  for (uint8_t b : host) stale += b != 0x01;
+  EXPECT_EQ(stale, 0u) << "the collective read the buffer before the stream wrote it";
+  comm.reset();
+  cudaStreamDestroy(producer);
 }
 
 TEST(Single, WaitOnStreamOrdersAConsumer) {
