@@ -21,9 +21,14 @@
 //    the rank's device (cudaSetDevice) before creating the communicator to
 //    avoid surprises. The same holds for every operation.
 //  - NCCL's unique id: rank 0 creates it and publishes it under
-//    "<prefix>/unique_id" in `store` (every rank first records itself under
-//    "<prefix>/join/<rank>"), or, with `bootstrap`, the callback exchanges it.
-//    A world size that differs from rank 0's throws InvalidArgument naming both.
+//    "<prefix>/<generation>/unique_id" in `store` (every rank first records
+//    itself under "<prefix>/<generation>/join/<rank>"), or, with `bootstrap`,
+//    the callback exchanges it. The generation counts this rank's creations
+//    on the prefix ("<prefix>/generation/<rank>", an atomic add), so a
+//    communicator created again on the same store and prefix never reads the
+//    previous one's id; every rank must create its communicators on a prefix
+//    in the same order. A world size that differs from rank 0's throws
+//    InvalidArgument naming both.
 //  - NCCL is initialized non-blocking (ncclConfig_t::blocking = 0) and polled;
 //    when `timeout` passes first, the half-made communicator is aborted
 //    (ncclCommAbort) and TimeoutError says which rank gave up and how many
@@ -112,7 +117,9 @@ struct NcclOptions {
   // Rendezvous: the unique id travels through `store` under "<prefix>/...",
   // unless `bootstrap` is set (then the store, when given too, only records
   // who joined, for timeout messages). A single rank (size 1) needs neither.
-  // Use one prefix per communicator created on a store.
+  // A prefix may be reused for later communicators (see above); after a
+  // creation that failed on some ranks before they reached the store (e.g.
+  // no usable GPU), use a new prefix.
   std::shared_ptr<Store> store;
   NcclIdBootstrap bootstrap;
   std::string prefix = "slurmddp/nccl";

@@ -1,6 +1,5 @@
-// How the ranks of an NCCL communicator find each other: join records and the
-// exchange of NCCL's unique id through the Store (or a bootstrap callback),
-// and the description of a rendezvous that did not complete in time.
+// The NCCL side of the rendezvous: NcclIdExchange (pure, nccl_id_exchange.h)
+// carrying an ncclUniqueId that rank 0 creates with ncclGetUniqueId.
 #pragma once
 
 #include <nccl.h>
@@ -8,6 +7,7 @@
 #include <chrono>
 #include <string>
 
+#include "comm/nccl_id_exchange.h"
 #include "slurmddp/nccl_communicator.h"
 
 namespace slurmddp::comm {
@@ -20,28 +20,15 @@ class NcclRendezvous {
   NcclRendezvous(const NcclOptions& options, int device, std::string where,
                  Clock::time_point deadline);
 
-  // Records this rank under "<prefix>/join/<rank>" (size, device, host, pid),
-  // when a store is given.
-  void announce();
-
-  // Rank 0 creates the id and publishes it; the others wait for it (until the
-  // deadline: TimeoutError with diagnosis()) and check rank 0's world size
-  // (InvalidArgument naming both).
+  // See NcclIdExchange: this creation's generation and join record.
+  void announce() { exchange_.announce(); }
+  // See NcclIdExchange::exchange; rank 0 creates the id (NcclError on failure).
   ncclUniqueId exchange();
-
-  // Non-blocking: "3/4 ranks joined; missing: [2]" from the store's join
-  // records (plus ranks announcing another world size); a note instead when
-  // there is no store or it cannot be read.
-  std::string diagnosis();
+  std::string diagnosis() { return exchange_.diagnosis(); }
 
  private:
-  std::string key(const std::string& name) const;
-  std::chrono::milliseconds remaining() const;
-
-  const NcclOptions& options_;
-  const int device_;
+  NcclIdExchange exchange_;
   const std::string where_;
-  const Clock::time_point deadline_;
 };
 
 }  // namespace slurmddp::comm

@@ -303,10 +303,12 @@ int run_worker(const WorkerArgs& a) {
       auto comm = worker_comm(a, store, "collectives");
       failures = check_collectives(*comm, CheckOptions{});
     }  // destroyed normally: finalize + destroy
-    // Note [Average] in nccl_communicator.cpp: the sum-divide path.
+    // Note [Average] in nccl_communicator.cpp: the sum-divide path, on a
+    // second communicator made on the same store and prefix (Note [Rendezvous
+    // generations]: it must get the new unique id, never the first one's).
     setenv("SLURMDDP_NCCL_AVG", "sum-divide", 1);
     {
-      auto comm = worker_comm(a, store, "collectives-divide");
+      auto comm = worker_comm(a, store, "collectives");
       CheckOptions o;
       o.only_average = true;
       for (auto& f : check_collectives(*comm, o)) failures.push_back("sum-divide: " + f);
