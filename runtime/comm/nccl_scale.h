@@ -12,7 +12,9 @@ namespace slurmddp::comm {
 
 // Queues data[i] = data[i] / divisor for i < count on `stream`: floating types
 // divide in their own precision (float16 and bfloat16 through float32, rounded
-// once); integers truncate toward zero. Returns the launch's error.
+// once); integers truncate toward zero. Returns the launch's own error; an
+// error the calling thread had pending before stays pending (Note [Launch
+// errors and pending errors] in common/cuda_launch.h).
 cudaError_t launch_divide(void* data, size_t count, DataType type, int divisor,
                           cudaStream_t stream);
 

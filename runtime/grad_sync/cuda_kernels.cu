@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "common/cuda_launch.h"
 #include "grad_sync/cuda_kernels.h"
 
 namespace slurmddp::grad_sync::cuda {
@@ -104,9 +105,11 @@ __global__ void transfer_kernel(const KernelSegment* table, uint32_t segments) {
 
 template <typename S, typename D>
 int launch(const KernelSegment* table, uint32_t segments, uint64_t blocks, cudaStream_t stream) {
+  // Note [Launch errors and pending errors] in common/cuda_launch.h.
+  const cudaError_t pending = cuda_util::pending_error();
   transfer_kernel<S, D>
       <<<static_cast<unsigned int>(blocks), kThreadsPerBlock, 0, stream>>>(table, segments);
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(cuda_util::finish_launch(pending));
 }
 
 }  // namespace

@@ -36,8 +36,10 @@ inline uint64_t blocks_for(uint64_t count) {
 bool kernel_supports(DataType src, DataType dst);
 
 // Enqueues the kernel on `stream` (a cudaStream_t) over `segments` entries of
-// `table` (device memory) covering `blocks` blocks. Returns the cudaError_t of
-// the launch as an int (0: success).
+// `table` (device memory) covering `blocks` blocks. Returns the launch's own
+// cudaError_t as an int (0: success); an error the calling thread had pending
+// before stays pending (Note [Launch errors and pending errors] in
+// common/cuda_launch.h).
 int launch_transfer(const KernelSegment* table, uint32_t segments, uint64_t blocks, DataType src,
                     DataType dst, void* stream);
 

@@ -480,6 +480,33 @@ TEST(Single, DivideKernelOfTheSumDivideAverage) {
   }
 }
 
+// A launch reports only its own error: one the thread had pending before
+// (the user's) is neither reported nor cleared (Note [Launch errors and
+// pending errors] in common/cuda_launch.h).
+TEST(Single, DivideKernelLeavesAnUnrelatedPendingErrorAlone) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const size_t count = 4096;
+  const auto in = encode(DataType::kFloat32, count, [](size_t i) { return 2.0 * (i % 7 + 1); });
+  DeviceBuffer buf(in.size());
+  ASSERT_EQ(cudaMemcpy(buf.get(), in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  int bogus = -1;
+  ASSERT_NE(cudaDeviceGetAttribute(&bogus, cudaDevAttrMaxThreadsPerBlock, 1 << 20),
+            cudaSuccess);  // the user's mistake, pending now
+  ASSERT_EQ(cudaPeekAtLastError(), cudaErrorInvalidDevice);
+  EXPECT_EQ(comm::launch_divide(buf.get(), count, DataType::kFloat32, 2, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaErrorInvalidDevice) << "the pending error was cleared";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice);  // its owner collects it
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> out(in.size());
+  ASSERT_EQ(cudaMemcpy(out.data(), buf.get(), out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    wrong += decode(DataType::kFloat32, out.data() + i * 4) != static_cast<double>(i % 7 + 1);
+  }
+  EXPECT_EQ(wrong, 0u);
+}
+
 void CUDART_CB sleep_200ms(void* /*unused*/) {
   std::this_thread::sleep_for(milliseconds(200));
 }

@@ -233,6 +233,32 @@ TEST(TransferKernel, MatchesTheHostCastsForEveryPairAndSegmentShape) {
   }
 }
 
+// A launch reports only its own error: one the thread had pending before
+// (the user's) is neither reported nor cleared (Note [Launch errors and
+// pending errors] in common/cuda_launch.h).
+TEST(TransferKernel, LeavesAnUnrelatedPendingErrorAlone) {
+  CUDA_OK(cudaSetDevice(0));
+  auto device = grad_sync::make_cuda_device(0, 1, nullptr);
+  const size_t n = 10000;
+  std::vector<float> src(n);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i % 13);
+  DeviceBuffer d_src(n * 4);
+  DeviceBuffer d_dst(n * 4);
+  d_src.upload(src.data());
+  const size_t id = device->add_transfer(
+      Transfer{DataType::kFloat32, DataType::kFloat32, {{d_src.get(), d_dst.get(), n}}});
+  int bogus = -1;
+  ASSERT_NE(cudaDeviceGetAttribute(&bogus, cudaDevAttrMaxThreadsPerBlock, 1 << 20),
+            cudaSuccess);  // the user's mistake, pending now
+  ASSERT_EQ(cudaPeekAtLastError(), cudaErrorInvalidDevice);
+  EXPECT_NO_THROW(device->run_blocking(id));
+  EXPECT_EQ(cudaPeekAtLastError(), cudaErrorInvalidDevice) << "the pending error was cleared";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice);  // its owner collects it
+  std::vector<float> got(n, -1.0f);
+  d_dst.download(got.data());
+  EXPECT_EQ(got, src);
+}
+
 // ---- the engine -----------------------------------------------------------------
 
 struct GpuModel {
