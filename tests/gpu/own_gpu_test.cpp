@@ -7,9 +7,6 @@
 // (device_presence.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -22,10 +19,9 @@
 
 #include "common/cuda_device_guard.h"
 #include "device_presence.h"
+#include "processes.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
-
-extern char** environ;
 
 namespace slurmddp::gpu_testing {
 namespace {
@@ -125,34 +121,13 @@ int fresh_process_main() {
   return 0;
 }
 
-std::string self_path() {
-  char buf[4096] = {};
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
 TEST(OwnGpu, NoContextOnAnotherGpuInAFreshProcess) {
   SKIP_WITHOUT_TWO_GPUS();
-  std::string exe = self_path();
-  std::string flag = "--fresh-process";
-  std::vector<char*> argv{exe.data(), flag.data(), nullptr};
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ), 0);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  int status = 0;
-  for (;;) {
-    const pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    ASSERT_GE(r, 0);
-    if (std::chrono::steady_clock::now() >= deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      FAIL() << "the fresh process did not finish within 120 s";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "the fresh process failed (its stderr is above); status " << status;
+  const pid_t pid = spawn_self({"--fresh-process"});
+  ASSERT_GT(pid, 0);
+  const auto code = wait_for(pid, std::chrono::steady_clock::now() + std::chrono::seconds(120));
+  ASSERT_TRUE(code.has_value()) << "the fresh process did not finish within 120 s";
+  EXPECT_EQ(*code, 0) << "the fresh process failed (its stderr is above)";
 }
 
 // ---------------------------------------------------------------- this process

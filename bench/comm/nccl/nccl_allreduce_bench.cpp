@@ -6,9 +6,16 @@
 // untimed warm-up iterations, then `reps` timed samples of `iters` back-to-back
 // in-place allreduces (the CPU waits for the last; the wall time over iters
 // is one sample); the row shows the median sample, the largest over ranks.
-// Then the data is set to v(r, i) = (r+1) * (i % 7 + 1) and one allreduce is
-// checked against its closed form: #wrong counts wrong elements over all
-// ranks, and any wrong value makes the exit status non-zero.
+// Then the data is set to v(r, i) = ((i + r) mod n + 1) * (i % 7 + 1) and one
+// allreduce is checked against its closed form: #wrong counts wrong elements
+// over all ranks, and any wrong value makes the exit status non-zero. The
+// rank holding the smallest and the largest value rotates with i, so no rank's
+// own data equals the result on most elements: a reduction that skips or
+// mixes up a rank's contribution is caught on every rank, for every redop
+// (with v(r, i) = (r+1) * (i % 7 + 1), a min left undone passed on rank 0 and
+// a max on the last rank). With one rank an allreduce is the identity: there
+// the check catches corrupted or misplaced elements only, and the preamble
+// says so.
 //
 // Ranks: --ranks N starts N processes of this program around a TCP store on
 // loopback; rank r takes device r modulo the visible devices. With fewer
@@ -191,8 +198,11 @@ Args parse(int argc, char** argv) {
 
 double scale_of(DataType t) { return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0; }
 
-double input(DataType t, int rank, size_t i) {
-  return (rank + 1) * static_cast<double>(i % 7 + 1) * scale_of(t);
+// v(r, i) over n ranks (see the header): sum, min and max over r are those of
+// (rank + 1) * k, so expected() does not depend on the rotation.
+double input(DataType t, int rank, int n, size_t i) {
+  const size_t slot = (i + static_cast<size_t>(rank)) % static_cast<size_t>(n);
+  return static_cast<double>(slot + 1) * static_cast<double>(i % 7 + 1) * scale_of(t);
 }
 
 double expected(DataType t, ReduceOp op, int n, size_t i) {
@@ -364,6 +374,10 @@ int run_rank(const Args& a, int devices) {
     } else {
       std::printf("%s\n", me.c_str());
     }
+    if (size == 1) {
+      std::printf("# one rank: allreduce is the identity, so the check catches corrupted or "
+                  "misplaced elements only; run --ranks 2 or more to check the reduction\n");
+    }
     if (devices_shared(size, devices)) {
       std::printf("# %d ranks on %d device(s): ranks share a GPU over loopback TCP (NCCL_HOSTID); "
                   "a check of the multi-process path, not a bandwidth figure\n",
@@ -405,7 +419,9 @@ int run_rank(const Args& a, int devices) {
 
     // The check: closed-form data, one allreduce, count what is wrong.
     host.resize(count * esz);
-    for (size_t i = 0; i < count; ++i) store_value(a.type, host.data() + i * esz, input(a.type, rank, i));
+    for (size_t i = 0; i < count; ++i) {
+      store_value(a.type, host.data() + i * esz, input(a.type, rank, size, i));
+    }
     cuda_check(cudaMemcpy(buf, host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
     comm->allreduce(buf, count, a.type, a.op)->wait(wait_limit);
     cuda_check(cudaMemcpy(host.data(), buf, host.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
