@@ -167,7 +167,7 @@ class CudaDevice final : public Device {
       return;
     }
     DeviceScope scope(device_);
-    check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy to the device", device_);
+    upload_landed(dst, src, bytes, "copy to the device");
   }
 
   void download(void* dst, const void* src, size_t bytes) override {
@@ -222,10 +222,11 @@ class CudaDevice final : public Device {
       const size_t bytes = table.size() * sizeof(cuda::KernelSegment);
       check(cudaMalloc(reinterpret_cast<void**>(&d.table), bytes), "allocate a copy table",
             device_);
-      const cudaError_t copied = cudaMemcpy(d.table, table.data(), bytes, cudaMemcpyHostToDevice);
-      if (copied != cudaSuccess) {
+      try {
+        upload_landed(d.table, table.data(), bytes, "upload a copy table");
+      } catch (...) {
         cudaFree(d.table);
-        check(copied, "upload a copy table", device_);
+        throw;
       }
     }
     transfers_.push_back(d);
@@ -279,6 +280,17 @@ class CudaDevice final : public Device {
   void* stream() const override { return comm_; }
 
  private:
+  // Note [Uploads that land]: a pageable cudaMemcpy to the device may return
+  // before its DMA reached device memory (small transfers are staged), and its
+  // legacy-stream order does not reach our non-blocking stream or a caller's
+  // non-blocking compute stream: a copy kernel on comm_ could read a copy
+  // table, or a collective ordered after another stream the layout words,
+  // before they arrived. Uploads therefore run on comm_ and are waited for.
+  void upload_landed(void* dst, const void* src, size_t bytes, const char* what) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, comm_), what, device_);
+    check(cudaStreamSynchronize(comm_), what, device_);
+  }
+
   void launch(size_t id) {
     const DeviceTransfer& t = transfers_.at(id);
     const int status =

@@ -55,7 +55,8 @@ class Device {
   virtual void* allocate(size_t bytes) = 0;
   // Frees memory from allocate() early (construction-time temporaries).
   virtual void release(void* p) = 0;
-  // Blocking copies between host memory and this device's memory.
+  // Blocking copies between host memory and this device's memory: on return
+  // the data is in place for every stream and the host buffer is free.
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
 
