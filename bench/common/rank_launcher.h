@@ -6,8 +6,8 @@
 //
 // Rank r runs `<this program> --ranks N --rank r --port P <forwarded...>`.
 // Where there are fewer devices than ranks, the ranks share devices the only
-// way NCCL allows it: each claims another host (NCCL_HOSTID) and they talk
-// over loopback TCP; a check of the multi-process path, not a bandwidth figure.
+// ways NCCL allows it: each claims another host (NCCL_HOSTID; NCCL >= 2.30 also
+// NCCL_MULTI_RANK_GPU_ENABLE) and they talk over loopback TCP; a check of the multi-process path, not a bandwidth figure.
 // When one rank fails the others are killed (by pid) instead of being left to
 // their timeouts. Returns the worst exit status.
 #pragma once
@@ -57,6 +57,7 @@ inline int launch_ranks(const char* name, int ranks, int devices,
       extra["NCCL_SHM_DISABLE"] = "1";
       extra["NCCL_IB_DISABLE"] = "1";
       extra["NCCL_NVLS_ENABLE"] = "0";
+      extra["NCCL_MULTI_RANK_GPU_ENABLE"] = "1";  // NCCL >= 2.30 allows sharing with it
     }
     std::vector<std::string> envs;
     for (char** e = environ; *e != nullptr; ++e) {

@@ -27,7 +27,13 @@
 //   nccl_allreduce_bench [--ranks N] [-b MIN_BYTES] [-e MAX_BYTES] [-f FACTOR]
 //                        [-t float32|float64|float16|bfloat16|int32|int64]
 //                        [-o sum|avg|min|max] [-n ITERS] [-w WARMUP] [-r REPS]
-//                        [--timeout-ms MS]
+//                        [--timeout-ms MS] [--raw 0|1]
+//
+// --raw 1 (default): every size is also timed, in the same run and the same
+// way, with ncclAllReduce on a raw NCCL communicator of the same ranks and
+// devices (its own unique id through the same store) on a stream of its own;
+// the row then adds raw_time(us), raw_busbw(GB/s) and ours/raw (busbw), and
+// the trailer the median of ours/raw over sizes >= 64 MiB (target >= 0.95).
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <signal.h>
@@ -48,6 +54,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../common/rank_launcher.h"
 #include "device_presence.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"
@@ -75,6 +82,7 @@ struct Args {
   int warmup = 5;
   int reps = 5;
   long timeout_ms = 120000;
+  bool raw = true;  // also time raw NCCL (ncclAllReduce on its own communicator), same run
   std::vector<std::string> forwarded;  // the options above, for the rank processes
 };
 
@@ -120,7 +128,7 @@ size_t bytes_of(DataType t) {
   std::fprintf(stderr,
                "nccl_allreduce_bench: %s\nusage: nccl_allreduce_bench [--ranks N] [-b MIN_BYTES] "
                "[-e MAX_BYTES] [-f FACTOR] [-t TYPE] [-o OP] [-n ITERS] [-w WARMUP] [-r REPS] "
-               "[--timeout-ms MS]\n",
+               "[--timeout-ms MS] [--raw 0|1]\n",
                why);
   std::exit(2);
 }
@@ -177,6 +185,8 @@ Args parse(int argc, char** argv) {
       a.warmup = std::atoi(v.c_str());
     } else if (k == "-r") {
       a.reps = std::atoi(v.c_str());
+    } else if (k == "--raw") {
+      a.raw = v != "0";
     } else if (k == "--timeout-ms") {
       a.timeout_ms = std::atol(v.c_str());
     } else {
@@ -308,6 +318,96 @@ std::string host_name() {
 
 bool devices_shared(int ranks, int devices) { return devices < ranks; }
 
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  double m = v[v.size() / 2];
+  if (v.size() % 2 == 0) m = (m + v[v.size() / 2 - 1]) / 2;
+  return m;
+}
+
+void nccl_check(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) {
+    throw slurmddp::NcclError(std::string("nccl_allreduce_bench: raw NCCL: failed to ") + what +
+                              ": " + ncclGetErrorString(r) + " (" + ncclGetLastError(nullptr) +
+                              ")");
+  }
+}
+
+ncclDataType_t nccl_type(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kBFloat16: return ncclBfloat16;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+  }
+  return ncclSum;
+}
+
+// The baseline: a plain NCCL communicator of the same ranks on the current
+// device, its unique id through the benchmark's store, its own stream. No
+// watchdog, no ordering, no checks: what an application calling NCCL gets.
+class RawNccl {
+ public:
+  RawNccl() = default;
+  RawNccl(slurmddp::Store* store, int rank, int size, std::chrono::milliseconds limit) {
+    ncclUniqueId id{};
+    if (rank == 0) nccl_check(ncclGetUniqueId(&id), "create a unique id");
+    if (store != nullptr) {
+      const std::string key = "bench/raw_nccl_id";
+      if (rank == 0) {
+        store->set(key, slurmddp::Bytes(id.internal, id.internal + sizeof id.internal));
+      } else {
+        const auto v = store->get(key, limit);
+        if (v.size() != sizeof id.internal) {
+          throw slurmddp::Error("nccl_allreduce_bench: raw NCCL: failed to read the unique id: "
+                                "size " + std::to_string(v.size()));
+        }
+        std::memcpy(id.internal, v.data(), v.size());
+      }
+    }
+    nccl_check(ncclCommInitRank(&comm_, size, id, rank), "create a communicator");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  RawNccl(const RawNccl&) = delete;
+  RawNccl& operator=(const RawNccl&) = delete;
+  RawNccl& operator=(RawNccl&& o) noexcept {
+    std::swap(comm_, o.comm_);
+    std::swap(stream_, o.stream_);
+    return *this;
+  }
+  ~RawNccl() {
+    if (stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+  }
+  // `times` in-place allreduces back to back, then waits for the last.
+  void allreduce(void* buf, size_t count, DataType t, ReduceOp op, int times) {
+    for (int i = 0; i < times; ++i) {
+      nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, stream_),
+                 "run ncclAllReduce");
+    }
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
 // ---- one rank
 
 int run_rank(const Args& a, int devices) {
@@ -334,6 +434,8 @@ int run_rank(const Args& a, int devices) {
   auto comm = slurmddp::make_nccl_communicator(o);
   auto* nccl = slurmddp::as_nccl_communicator(comm.get());
   const std::chrono::milliseconds wait_limit(a.timeout_ms);
+  RawNccl raw;
+  if (a.raw) raw = RawNccl(store.get(), rank, size, wait_limit);
 
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
@@ -349,7 +451,7 @@ int run_rank(const Args& a, int devices) {
   void* buf = nullptr;
   cuda_check(cudaMalloc(&buf, std::max<size_t>(max_count, 1) * esz), "cudaMalloc");
   double* stat = nullptr;  // per-rank figures reduced over ranks on the GPU
-  cuda_check(cudaMalloc(reinterpret_cast<void**>(&stat), 2 * sizeof(double)), "cudaMalloc");
+  cuda_check(cudaMalloc(reinterpret_cast<void**>(&stat), 3 * sizeof(double)), "cudaMalloc");
 
   if (rank == 0) {
     int runtime = 0;
@@ -383,8 +485,10 @@ int run_rank(const Args& a, int devices) {
                   "a check of the multi-process path, not a bandwidth figure\n",
                   size, devices);
     }
-    std::printf("#\n# %12s %12s %9s %7s %12s %12s %12s %8s\n", "size(B)", "count", "type",
+    std::printf("#\n# %12s %12s %9s %7s %12s %12s %12s %8s", "size(B)", "count", "type",
                 "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    if (a.raw) std::printf(" %12s %15s %9s", "raw_time(us)", "raw_busbw(GB/s)", "ours/raw");
+    std::printf("\n");
     std::fflush(stdout);
   }
 
@@ -392,6 +496,7 @@ int run_rank(const Args& a, int devices) {
   double busbw_sum = 0;
   int rows = 0;
   long long wrong_total = 0;
+  std::vector<double> ratios_large;  // ours/raw busbw at >= 64 MiB
   std::vector<uint8_t> host;
   for (size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.factor) {
     const size_t count = bytes / esz;
@@ -413,9 +518,19 @@ int run_rank(const Args& a, int devices) {
       samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
                         a.iters);
     }
-    std::sort(samples.begin(), samples.end());
-    double median = samples[samples.size() / 2];
-    if (samples.size() % 2 == 0) median = (median + samples[samples.size() / 2 - 1]) / 2;
+    const double median = median_of(samples);
+    double raw_median = 0;
+    if (a.raw) {
+      for (int i = 0; i < a.warmup; ++i) raw.allreduce(buf, count, a.type, a.op, 1);
+      std::vector<double> raw_samples;
+      for (int r = 0; r < a.reps; ++r) {
+        const auto t0 = Clock::now();
+        raw.allreduce(buf, count, a.type, a.op, a.iters);  // back to back, then one stream sync
+        raw_samples.push_back(
+            std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / a.iters);
+      }
+      raw_median = median_of(raw_samples);
+    }
 
     // The check: closed-form data, one allreduce, count what is wrong.
     host.resize(count * esz);
@@ -432,99 +547,52 @@ int run_rank(const Args& a, int devices) {
       if (!(std::fabs(got - want) <= tolerance(a.type, a.op, want))) wrong += 1;
     }
     // Over ranks: the slowest median and the total of wrong values.
-    const double mine[2] = {median, wrong};
+    const double mine[3] = {median, wrong, raw_median};
     cuda_check(cudaMemcpy(stat, mine, sizeof mine, cudaMemcpyHostToDevice), "cudaMemcpy");
     comm->allreduce(stat, 1, DataType::kFloat64, ReduceOp::kMax)->wait(wait_limit);
     comm->allreduce(stat + 1, 1, DataType::kFloat64, ReduceOp::kSum)->wait(wait_limit);
-    double all[2] = {0, 0};
+    comm->allreduce(stat + 2, 1, DataType::kFloat64, ReduceOp::kMax)->wait(wait_limit);
+    double all[3] = {0, 0, 0};
     cuda_check(cudaMemcpy(all, stat, sizeof all, cudaMemcpyDeviceToHost), "cudaMemcpy");
     wrong_total += static_cast<long long>(all[1]);
     const double algbw = static_cast<double>(count * esz) / (all[0] * 1e-6) / 1e9;
     busbw_sum += algbw * bus_factor;
     ++rows;
     if (rank == 0) {
-      std::printf("  %12zu %12zu %9s %7s %12.2f %12.2f %12.2f %8lld\n", count * esz, count,
+      std::printf("  %12zu %12zu %9s %7s %12.2f %12.2f %12.2f %8lld", count * esz, count,
                   name_of(type_names(), a.type).c_str(), name_of(op_names(), a.op).c_str(),
                   all[0], algbw, algbw * bus_factor, static_cast<long long>(all[1]));
+      if (a.raw) {
+        const double raw_algbw = static_cast<double>(count * esz) / (all[2] * 1e-6) / 1e9;
+        // busbw ratio = time ratio (same bytes, same factor); 1 rank: algbw ratio
+        const double ratio = all[2] / all[0];
+        std::printf(" %12.2f %15.2f %9.3f", all[2], raw_algbw * bus_factor, ratio);
+        if (count * esz >= (size_t{64} << 20)) ratios_large.push_back(ratio);
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
     if (bytes > a.max_bytes / a.factor) break;  // next step would overflow or pass the end
   }
   if (rank == 0) {
     std::printf("# Avg bus bandwidth    : %.4f\n", rows ? busbw_sum / rows : 0.0);
-    std::printf("# Wrong values         : %lld %s\n#\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    std::printf("# Wrong values         : %lld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    if (a.raw && !ratios_large.empty()) {
+      const double r = median_of(ratios_large);
+      std::printf("# ours/raw busbw at >= 64 MiB: median %.3f over %zu sizes (target >= 0.95: %s)\n",
+                  r, ratios_large.size(), r >= 0.95 ? "met" : "NOT met");
+    } else if (a.raw) {
+      std::printf("# ours/raw busbw at >= 64 MiB: no such size in this sweep\n");
+    }
+    std::printf("#\n");
     std::fflush(stdout);
   }
+  raw = RawNccl();
   cudaFree(buf);
   cudaFree(stat);
   comm.reset();
   // Rank 0 hosts no store here (the parent does), so ranks may leave at once.
   return wrong_total == 0 ? 0 : 1;
-}
-
-// ---- the parent of several rank processes
-
-std::string self_path() {
-  char buf[4096] = {};
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
-int run_parent(const Args& a, int devices) {
-  slurmddp::TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  so.is_server = true;
-  auto store = slurmddp::make_tcp_store(so);
-  const std::string exe = self_path();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < a.ranks; ++r) {
-    std::vector<std::string> args = {exe, "--ranks", std::to_string(a.ranks), "--rank",
-                                     std::to_string(r), "--port", std::to_string(store->port())};
-    args.insert(args.end(), a.forwarded.begin(), a.forwarded.end());
-    std::map<std::string, std::string> extra;
-    if (devices_shared(a.ranks, devices)) {  // see the header comment
-      extra["NCCL_HOSTID"] = "slurmddp-bench-rank-" + std::to_string(r);
-      extra["NCCL_SOCKET_IFNAME"] = "lo";
-      extra["NCCL_P2P_DISABLE"] = "1";
-      extra["NCCL_SHM_DISABLE"] = "1";
-      extra["NCCL_IB_DISABLE"] = "1";
-      extra["NCCL_NVLS_ENABLE"] = "0";
-      extra["NCCL_MULTI_RANK_GPU_ENABLE"] = "1";  // NCCL >= 2.30 allows sharing with it
-    }
-    std::vector<std::string> envs;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string kv = *e;
-      if (extra.count(kv.substr(0, kv.find('='))) == 0) envs.push_back(kv);
-    }
-    for (const auto& [k, v] : extra) envs.push_back(k + "=" + v);
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    std::vector<char*> envp;
-    for (auto& s : envs) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    pid_t pid = -1;
-    if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) {
-      std::fprintf(stderr, "nccl_allreduce_bench: cannot start rank %d\n", r);
-      for (pid_t p : pids) kill(p, SIGKILL);
-      return 1;
-    }
-    pids.push_back(pid);
-  }
-  int worst = 0;
-  for (size_t r = 0; r < pids.size(); ++r) {
-    int status = 0;
-    waitpid(pids[r], &status, 0);
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code != 0) {
-      std::fprintf(stderr, "nccl_allreduce_bench: rank %zu ended with status %d\n", r, code);
-      // One failed rank leaves the others to their timeouts; do not wait that long.
-      for (size_t q = r + 1; q < pids.size(); ++q) kill(pids[q], SIGKILL);
-    }
-    worst = std::max(worst, code);
-  }
-  return worst;
 }
 
 }  // namespace
@@ -538,7 +606,9 @@ int main(int argc, char** argv) {
     return status;
   }
   try {
-    if (a.ranks > 1 && a.rank < 0) return run_parent(a, devices);
+    if (a.ranks > 1 && a.rank < 0) {
+      return slurmddp::bench::launch_ranks("nccl_allreduce_bench", a.ranks, devices, a.forwarded);
+    }
     return run_rank(a, devices);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "nccl_allreduce_bench: rank %d: %s\n", std::max(a.rank, 0), ex.what());
