@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "../common/rank_launcher.h"
+#include "device_presence.h"
 #include "gpu_kernels.h"
 #include "models.h"
 #include "slurmddp/error.h"
@@ -381,18 +382,11 @@ int run_rank(const Args& a, int devices) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  // 77 only without a device; broken CUDA on a GPU machine is a failure.
   int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e == cudaErrorNoDevice || (e == cudaSuccess && devices == 0) ||
-      e == cudaErrorInsufficientDriver) {
-    std::printf("# gpu_grad_sync_bench: skipped: no CUDA device (%s)\n",
-                e == cudaSuccess ? "0 devices" : cudaGetErrorName(e));
-    return 77;
-  }
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "gpu_grad_sync_bench: failed to count CUDA devices: %s: %s\n",
-                 cudaGetErrorName(e), cudaGetErrorString(e));
-    return 1;
+  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_grad_sync_bench", &devices);
+      status != 0) {
+    return status;
   }
   try {
     if (a.ranks > 1 && a.rank < 0) {
