@@ -12,8 +12,15 @@
 //     token): no MASTER_PORT at all (SLURMDDP_BOOTSTRAP=tcp|pmix|auto);
 //   - checks that every rank agrees on WORLD_SIZE (an error names both values)
 //     and waits for all ranks ("3/4 ranks joined; missing: [2]" on timeout);
-//   - creates the communicator: NCCL on the task's GPU when built with NCCL and
-//     a GPU is visible, else Gloo on the CPU.
+//   - creates the communicator: NCCL on the task's GPU (SLURMDDP_LOCAL_DEVICE)
+//     when built with NCCL and a GPU is visible, else Gloo on the CPU
+//     (SLURMDDP_BACKEND=gloo|nccl|auto). NCCL's unique id travels through the
+//     same store. With SLURMDDP_BACKEND=nccl, a task that cannot use NCCL (no
+//     visible device, an ordinal out of range, a build without NCCL) throws
+//     the communicator's error (CudaError, InvalidArgument, Error) prefixed
+//     "init: failed to create the NCCL communicator: " and followed by the
+//     rank, host, SLURMDDP_BACKEND, SLURMDDP_LOCAL_DEVICE and
+//     CUDA_VISIBLE_DEVICES.
 // Nothing blocks longer than the timeout: SLURMDDP_TIMEOUT (e.g. "300", "30s",
 // "500ms", "5m"; default 300 s) or InitOptions::timeout.
 #pragma once

@@ -115,38 +115,13 @@ std::string env_shown(const char* name) {
   return std::string(name) + "=" + (v ? "'" + *v + "'" : "<unset>");
 }
 
-// The NCCL backend was chosen (explicitly, or by auto with a device seen):
-// fail at once, before the rendezvous, when this process cannot use it, with
-// everything a user needs to see why (Note [init and NCCL]).
-void require_nccl(const ProcessIdentity& id) {
-  const std::string where = "; rank=" + std::to_string(id.rank) + ", host=" + host_name() +
-                            ", " + env_shown("SLURMDDP_BACKEND") + ", " +
-                            env_shown("CUDA_VISIBLE_DEVICES") + ", " +
-                            env_shown("SLURMDDP_LOCAL_DEVICE") +
-                            " (use SLURMDDP_BACKEND=gloo or auto to train on the CPU)";
-#if SLURMDDP_HAVE_NCCL
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n <= 0) {
-    throw InvalidArgument(
-        "init: failed to create the NCCL communicator: no usable CUDA device (" +
-        std::string(e != cudaSuccess ? cudaGetErrorName(e) + std::string(": ") +
-                                           cudaGetErrorString(e)
-                                     : "0 devices visible") +
-        ")" + where);
-  }
-  const int device = id.local_device.value_or(0);
-  if (device < 0 || device >= n) {
-    throw InvalidArgument("init: failed to create the NCCL communicator: device " +
-                          std::to_string(device) + " is not among the " + std::to_string(n) +
-                          " visible device(s)" + where);
-  }
-#else
-  throw InvalidArgument(
-      "init: failed to create the NCCL communicator: slurm-ddp was built without NCCL "
-      "(configure with -Dcuda=enabled -Dnccl=enabled where CUDA and NCCL are installed)" +
-      where);
-#endif
+// What init() adds to a failure of the NCCL communicator: how the backend was
+// chosen, the device variables, who, and the way out.
+std::string nccl_context(const ProcessIdentity& id) {
+  return "; rank=" + std::to_string(id.rank) + ", host=" + host_name() + ", " +
+         env_shown("SLURMDDP_BACKEND") + ", " + env_shown("SLURMDDP_LOCAL_DEVICE") + ", " +
+         env_shown("CUDA_VISIBLE_DEVICES") +
+         " (use SLURMDDP_BACKEND=gloo or auto to train on the CPU)";
 }
 
 Backend choose_backend(const InitOptions& options, const ProcessIdentity& id) {
@@ -164,7 +139,6 @@ Backend choose_backend(const InitOptions& options, const ProcessIdentity& id) {
     }
   }
   if (b == Backend::kAuto) b = (id.local_device && gpu_usable()) ? Backend::kNccl : Backend::kGloo;
-  if (b == Backend::kNccl) require_nccl(id);
   return b;
 }
 
@@ -177,8 +151,12 @@ std::unique_ptr<Communicator> make_communicator(Backend backend, const ProcessId
     //   joined (TCP, or the PMIx-announced one under --mpi=pmix): rank 0 puts
     //   NCCL's unique id there and the others read it, so the GPU path needs no
     //   second bootstrap. The device is the task's SLURMDDP_LOCAL_DEVICE (the
-    //   identity's rule), and require_nccl() has already refused a process
-    //   that cannot use it, before anyone waited.
+    //   identity's rule). A task that cannot use NCCL (no device visible, a bad
+    //   ordinal, a build without NCCL) fails here, after the rendezvous, with
+    //   the communicator's own reason and init()'s context: the whole path up to
+    //   the first CUDA call runs on any machine, so its wiring is tested
+    //   without a GPU. Ranks that did get a device then fail within the timeout
+    //   in NCCL's rendezvous, naming the ranks that did not join.
     NcclOptions o;
     o.rank = id.rank;
     o.size = id.world_size;
@@ -186,7 +164,22 @@ std::unique_ptr<Communicator> make_communicator(Backend backend, const ProcessId
     o.store = store;
     o.prefix = "slurmddp/init/nccl";
     o.timeout = timeout;
-    return make_nccl_communicator(o);
+    const std::string prefix = "init: failed to create the NCCL communicator: ";
+    try {
+      return make_nccl_communicator(o);
+    } catch (const CudaError& e) {
+      throw CudaError(prefix + e.what() + nccl_context(id));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(prefix + e.what() + nccl_context(id));
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(prefix + e.what() + nccl_context(id));
+    } catch (const PeerError& e) {
+      throw PeerError(prefix + e.what() + nccl_context(id));
+    } catch (const NcclError& e) {
+      throw NcclError(prefix + e.what() + nccl_context(id));
+    } catch (const Error& e) {
+      throw Error(prefix + e.what() + nccl_context(id));
+    }
   }
 #if SLURMDDP_HAVE_GLOO
   GlooOptions o;
