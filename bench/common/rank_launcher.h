@@ -20,10 +20,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "device_presence.h"  // tests/gpu: the gpu suite's rule for skipping
 #include "slurmddp/tcp_store.h"
 
 extern char** environ;
@@ -105,6 +107,24 @@ inline int launch_ranks(const char* name, int ranks, int devices,
     worst = std::max(worst, code);
   }
   return worst;
+}
+
+// The main() of a GPU benchmark once its options are parsed: exits 77 only
+// where there is no device (broken CUDA fails), starts the rank processes
+// (ranks > 1 and no --rank given) or runs this rank, and turns an exception
+// into a message naming the rank and exit status 1.
+template <typename RunRank>
+int gpu_bench_main(const char* name, int ranks, int rank, const std::vector<std::string>& forwarded,
+                   RunRank run_rank) {
+  int devices = 0;
+  if (const int status = gpu_testing::gpu_gate(name, &devices); status != 0) return status;
+  try {
+    if (ranks > 1 && rank < 0) return launch_ranks(name, ranks, devices, forwarded);
+    return run_rank(devices);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "%s: rank %d: %s\n", name, std::max(rank, 0), ex.what());
+    return 1;
+  }
 }
 
 }  // namespace slurmddp::bench

@@ -37,7 +37,6 @@
 #include <vector>
 
 #include "../common/rank_launcher.h"
-#include "device_presence.h"
 #include "gpu_kernels.h"
 #include "models.h"
 #include "slurmddp/error.h"
@@ -382,19 +381,6 @@ int run_rank(const Args& a, int devices) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  // 77 only without a device; broken CUDA on a GPU machine is a failure.
-  int devices = 0;
-  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_grad_sync_bench", &devices);
-      status != 0) {
-    return status;
-  }
-  try {
-    if (a.ranks > 1 && a.rank < 0) {
-      return slurmddp::bench::launch_ranks("gpu_grad_sync_bench", a.ranks, devices, a.forwarded);
-    }
-    return run_rank(a, devices);
-  } catch (const std::exception& ex) {
-    std::fprintf(stderr, "gpu_grad_sync_bench: rank %d: %s\n", std::max(a.rank, 0), ex.what());
-    return 1;
-  }
+  return slurmddp::bench::gpu_bench_main("gpu_grad_sync_bench", a.ranks, a.rank, a.forwarded,
+                                         [&a](int devices) { return run_rank(a, devices); });
 }
