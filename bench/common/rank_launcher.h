@@ -2,14 +2,15 @@
 // parent hosts on loopback, and reaps them: the multi-process launcher of the
 // GPU benchmarks (one process per rank, as NCCL wants).
 //
-//   if (ranks > 1 && my_rank < 0) return slurmddp::bench::launch_ranks("name", ranks, devices, fwd);
+//   if (ranks > 1 && my_rank < 0) return slurmddp::bench::launch_ranks("name", ranks, devices,
+//   fwd);
 //
 // Rank r runs `<this program> --ranks N --rank r --port P <forwarded...>`.
 // Where there are fewer devices than ranks, the ranks share devices the only
 // ways NCCL allows it: each claims another host (NCCL_HOSTID; NCCL >= 2.30 also
-// NCCL_MULTI_RANK_GPU_ENABLE) and they talk over loopback TCP; a check of the multi-process path, not a bandwidth figure.
-// When one rank fails the others are killed (by pid) instead of being left to
-// their timeouts. Returns the worst exit status.
+// NCCL_MULTI_RANK_GPU_ENABLE) and they talk over loopback TCP; a check of the multi-process path,
+// not a bandwidth figure. When one rank fails the others are killed (by pid) instead of being left
+// to their timeouts. Returns the worst exit status.
 #pragma once
 
 #include <signal.h>
@@ -48,8 +49,13 @@ inline int launch_ranks(const char* name, int ranks, int devices,
   const std::string exe = self_path();
   std::vector<pid_t> pids;
   for (int r = 0; r < ranks; ++r) {
-    std::vector<std::string> args = {exe, "--ranks", std::to_string(ranks), "--rank",
-                                     std::to_string(r), "--port", std::to_string(store->port())};
+    std::vector<std::string> args = {exe,
+                                     "--ranks",
+                                     std::to_string(ranks),
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--port",
+                                     std::to_string(store->port())};
     args.insert(args.end(), forwarded.begin(), forwarded.end());
     std::map<std::string, std::string> extra;
     if (devices < ranks) {  // see the header comment

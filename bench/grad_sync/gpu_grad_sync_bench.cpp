@@ -231,8 +231,8 @@ class Rank {
     size_t off = total_;
     for (size_t i = specs_.size(); i-- > 0;) {
       off -= specs_[i].count;
-      const double share = backward_ms * static_cast<double>(specs_[i].count) /
-                           static_cast<double>(total_);
+      const double share =
+          backward_ms * static_cast<double>(specs_[i].count) / static_cast<double>(total_);
       // backward alone writes into scratch memory (the flat buffer), so that the
       // copies variant's averaged gradients stay for the final check
       float* g = with_sync ? static_cast<float*>(views_->gradient(i)) : flat_ + off;
@@ -271,9 +271,7 @@ class Rank {
   }
 
   int rank() const { return rank_; }
-  int nccl_version() const {
-    return slurmddp::as_nccl_communicator(comm_.get())->nccl_version();
-  }
+  int nccl_version() const { return slurmddp::as_nccl_communicator(comm_.get())->nccl_version(); }
   int device() const { return device_; }
   size_t total() const { return total_; }
   size_t tensors() const { return specs_.size(); }
@@ -338,14 +336,15 @@ int run_rank(const Args& a, int devices) {
     std::printf("# slurm-ddp GradSync on the GPU vs one flat NCCL allreduce (float32, avg)\n");
     std::printf("# model %s: %zu tensors, %zu parameters, %.1f MB of gradients, %zu buckets\n",
                 a.model.c_str(), r.tensors(), r.total(), r.total() * 4 / 1e6, r.buckets());
-    std::printf("# ranks %d on %d device(s) (%s), NCCL %d, CUDA runtime %d, reps %d, warmup %d, "
-                "simulated backward %.2f ms%s\n",
-                a.ranks, devices, prop.name, r.nccl_version(), runtime, a.reps, a.warmup,
-                backward_ms,
-                a.backward_ms == 0 ? " (= flat allreduce median)" : "");
+    std::printf(
+        "# ranks %d on %d device(s) (%s), NCCL %d, CUDA runtime %d, reps %d, warmup %d, "
+        "simulated backward %.2f ms%s\n",
+        a.ranks, devices, prop.name, r.nccl_version(), runtime, a.reps, a.warmup, backward_ms,
+        a.backward_ms == 0 ? " (= flat allreduce median)" : "");
     if (devices < a.ranks) {
-      std::printf("# ranks share devices over loopback TCP: a check of the path, not a bandwidth "
-                  "figure\n");
+      std::printf(
+          "# ranks share devices over loopback TCP: a check of the path, not a bandwidth "
+          "figure\n");
     }
     std::printf("# %-22s %12s %12s %12s %12s %9s\n", "experiment", "median(ms)", "min(ms)",
                 "max(ms)", "busbw(GB/s)", "vs_flat");

@@ -39,8 +39,8 @@ enum class Backend { kAuto, kGloo, kNccl };
 enum class Bootstrap { kAuto, kTcp, kPmix };
 
 struct InitOptions {
-  Backend backend = Backend::kAuto;      // SLURMDDP_BACKEND=gloo|nccl overrides kAuto
-  Bootstrap bootstrap = Bootstrap::kAuto;  // auto: PMIx when PMIX_RANK is set, else TCP
+  Backend backend = Backend::kAuto;                  // SLURMDDP_BACKEND=gloo|nccl overrides kAuto
+  Bootstrap bootstrap = Bootstrap::kAuto;            // auto: PMIx when PMIX_RANK is set, else TCP
   std::optional<std::chrono::milliseconds> timeout;  // default: SLURMDDP_TIMEOUT or 300 s
   std::optional<ProcessIdentity> identity;           // default: identity_from_environment()
 };

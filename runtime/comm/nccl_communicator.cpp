@@ -54,7 +54,9 @@ milliseconds watchdog_period(milliseconds timeout) {
   return std::clamp(timeout / 20, milliseconds(5), milliseconds(100));
 }
 
-std::string ms_text(milliseconds m) { return std::to_string(m.count()) + " ms"; }
+std::string ms_text(milliseconds m) {
+  return std::to_string(m.count()) + " ms";
+}
 
 // Deadlines are computed as now + timeout in nanoseconds: longer timeouts
 // (e.g. milliseconds::max() for "forever") count as ten years.
@@ -96,8 +98,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                        const NcclOrder& order) override;
   WorkHandle allgather(const void* send, void* recv, size_t count, DataType type,
                        const NcclOrder& order) override;
-  WorkHandle reduce_scatter(const void* send, void* recv, size_t count, DataType type,
-                            ReduceOp op, const NcclOrder& order) override;
+  WorkHandle reduce_scatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                            const NcclOrder& order) override;
   WorkHandle barrier(const NcclOrder& order) override;
 
   int cuda_device() const override { return device_; }
@@ -117,8 +119,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   void release_cuda_objects();
 
   void check_usable() const;
-  void check_buffer(const char* verb, const char* which, const void* p, size_t count,
-                    DataType type, size_t ranks) const;
+  void check_buffer(const char* verb, const char* which, const void* p, size_t count, DataType type,
+                    size_t ranks) const;
   size_t checked_bytes(const char* verb, size_t count, DataType type, size_t ranks) const;
   std::string op_text(const std::string& what, uint64_t seq) const;
   void check_order(const char* verb, const NcclOrder& order) const;
@@ -140,7 +142,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   int version_ = 0;
   bool native_avg_ = true;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t order_event_ = nullptr;  // recorded on the stream to follow; guarded by the NCCL mutex
+  cudaEvent_t order_event_ =
+      nullptr;  // recorded on the stream to follow; guarded by the NCCL mutex
   int32_t* barrier_buffer_ = nullptr;
   const bool order_after_compute_;
   std::atomic<CudaStream> compute_stream_;
@@ -185,9 +188,10 @@ void NcclCommunicatorImpl::initialize(const NcclOptions& options,
   if (ncclGetVersion(&version_) != ncclSuccess) version_ = 0;
   if (version_ < NCCL_VERSION(2, 14, 0)) {
     throw NcclError("nccl: failed to create a communicator: the loaded NCCL library is " +
-                    nccl_version_text(version_) + " but slurm-ddp needs >= 2.14 (non-blocking "
-                    "communicators; built against " + nccl_version_text(NCCL_VERSION_CODE) +
-                    "); " + where_);
+                    nccl_version_text(version_) +
+                    " but slurm-ddp needs >= 2.14 (non-blocking "
+                    "communicators; built against " +
+                    nccl_version_text(NCCL_VERSION_CODE) + "); " + where_);
   }
   native_avg_ = native_average(version_);
 
@@ -243,18 +247,18 @@ void NcclCommunicatorImpl::init_nccl(const ncclUniqueId& id, NcclRendezvous& ren
       const std::string seen = rendezvous.diagnosis();
       (void)ncclCommAbort(comm);
       state_->set_comm_locked(nullptr);
-      throw TimeoutError("nccl: failed to initialize the communicator: NCCL did not connect "
-                         "all ranks within " + ms_text(timeout_) + "; " + seen +
-                         "; the half-made communicator was aborted; " + where_ +
-                         ", timeout_ms=" + std::to_string(timeout_.count()));
+      throw TimeoutError(
+          "nccl: failed to initialize the communicator: NCCL did not connect "
+          "all ranks within " +
+          ms_text(timeout_) + "; " + seen + "; the half-made communicator was aborted; " + where_ +
+          ", timeout_ms=" + std::to_string(timeout_.count()));
     }
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(10000));
   }
   if (r != ncclSuccess) {
-    const std::exception_ptr failure =
-        nccl_failure("initialize the communicator (" + rendezvous.diagnosis() + ")", r, comm,
-                     where_);
+    const std::exception_ptr failure = nccl_failure(
+        "initialize the communicator (" + rendezvous.diagnosis() + ")", r, comm, where_);
     if (comm != nullptr) (void)ncclCommAbort(comm);
     state_->set_comm_locked(nullptr);
     std::rethrow_exception(failure);
@@ -275,10 +279,10 @@ void NcclCommunicatorImpl::drain_in_flight(Clock::time_point deadline) {
     const std::shared_ptr<NcclWork> pending = state_->drain_completed();
     if (!pending || state_->error()) return;
     if (Clock::now() >= deadline) {
-      state_->fail(std::make_exception_ptr(TimeoutError(
-                       "nccl: failed to destroy the communicator: " +
-                       pending->what() + " still in flight after " +
-                       ms_text(timeout_) + "; the communicator is aborted; " + where_)),
+      state_->fail(std::make_exception_ptr(
+                       TimeoutError("nccl: failed to destroy the communicator: " + pending->what() +
+                                    " still in flight after " + ms_text(timeout_) +
+                                    "; the communicator is aborted; " + where_)),
                    /*nccl_locked=*/false);
       return;
     }
@@ -315,14 +319,13 @@ void NcclCommunicatorImpl::finalize_nccl(Clock::time_point deadline) {
     if (r == ncclSuccess) {
       r = ncclCommDestroy(comm);
       if (r == ncclSuccess || r == ncclInProgress) return;
-      SLURMDDP_LOG_WARN(kNcclComponent, "ncclCommDestroy returned " << nccl_result_name(r)
-                                                                    << "; " << where_);
+      SLURMDDP_LOG_WARN(kNcclComponent,
+                        "ncclCommDestroy returned " << nccl_result_name(r) << "; " << where_);
       return;
     }
-    SLURMDDP_LOG_WARN(kNcclComponent,
-                      "ncclCommFinalize did not complete ("
-                          << nccl_result_name(r) << " after " << ms_text(timeout_)
-                          << "); aborting the communicator instead; " << where_);
+    SLURMDDP_LOG_WARN(kNcclComponent, "ncclCommFinalize did not complete ("
+                                          << nccl_result_name(r) << " after " << ms_text(timeout_)
+                                          << "); aborting the communicator instead; " << where_);
   } catch (const std::exception& e) {
     SLURMDDP_LOG_WARN(kNcclComponent, "while destroying the communicator: " << e.what());
   }
@@ -361,15 +364,14 @@ void NcclCommunicatorImpl::watchdog_main() {
       if (pending && Clock::now() - pending->issued() > timeout_) {
         state_->fail(
             std::make_exception_ptr(TimeoutError(
-                "nccl: failed to complete " + pending->what() +
-                ": not finished " + ms_text(timeout_) +
+                "nccl: failed to complete " + pending->what() + ": not finished " +
+                ms_text(timeout_) +
                 " after it was issued (a peer rank may have died, stalled or issued another "
-                "collective); the watchdog aborted the communicator; " + where_ +
-                ", timeout_ms=" + std::to_string(timeout_.count()))),
+                "collective); the watchdog aborted the communicator; " +
+                where_ + ", timeout_ms=" + std::to_string(timeout_.count()))),
             /*nccl_locked=*/false);
       } else {
-        state_->poll_async_error(pending ? pending->what()
-                                         : std::string("no operation (idle)"));
+        state_->poll_async_error(pending ? pending->what() : std::string("no operation (idle)"));
       }
     }
     lock.lock();
@@ -415,7 +417,8 @@ void NcclCommunicatorImpl::check_buffer(const char* verb, const char* which, con
   if (a.type != cudaMemoryTypeDevice) {
     throw InvalidArgument(prefix + which +
                           " is host memory; the NCCL communicator needs device memory of "
-                          "device " + std::to_string(device_) + "; " + where_);
+                          "device " +
+                          std::to_string(device_) + "; " + where_);
   }
   if (a.device != device_) {
     throw InvalidArgument(prefix + which + " is memory of device " + std::to_string(a.device) +
@@ -550,8 +553,8 @@ WorkHandle NcclCommunicatorImpl::issue(const std::string& what, size_t count,
   return work;
 }
 
-WorkHandle NcclCommunicatorImpl::allreduce(void* data, size_t count, DataType type,
-                                           ReduceOp op, const NcclOrder& order) {
+WorkHandle NcclCommunicatorImpl::allreduce(void* data, size_t count, DataType type, ReduceOp op,
+                                           const NcclOrder& order) {
   check_order("allreduce", order);
   check_buffer("allreduce", "data", data, count, type, 1);
   const std::string what = std::string("allreduce of ") + std::to_string(count) + " " +
@@ -581,11 +584,10 @@ WorkHandle NcclCommunicatorImpl::allreduce(void* data, size_t count, DataType ty
       }
       break;
   }
-  return issue(what, count, order,
-               [=](ncclComm_t c, cudaStream_t s) {
-                 return ncclAllReduce(data, data, count, t, nop, c, s);
-               },
-               after);
+  return issue(
+      what, count, order,
+      [=](ncclComm_t c, cudaStream_t s) { return ncclAllReduce(data, data, count, t, nop, c, s); },
+      after);
 }
 
 WorkHandle NcclCommunicatorImpl::broadcast(void* data, size_t count, DataType type, int root,
@@ -624,8 +626,10 @@ WorkHandle NcclCommunicatorImpl::allgather(const void* send, void* recv, size_t 
   const auto* in_place = static_cast<const uint8_t*>(recv) + chunk * static_cast<size_t>(rank_);
   if (count > 0 && send != in_place &&
       overlaps(send, chunk, recv, chunk * static_cast<size_t>(size_))) {
-    throw InvalidArgument("nccl: failed to allgather: send overlaps recv without being recv + "
-                          "rank * count (in place); " + where_);
+    throw InvalidArgument(
+        "nccl: failed to allgather: send overlaps recv without being recv + "
+        "rank * count (in place); " +
+        where_);
   }
   const std::string what = std::string("allgather of ") + std::to_string(count) + " " +
                            slurmddp::to_string(type) + " per rank";
@@ -645,11 +649,14 @@ WorkHandle NcclCommunicatorImpl::reduce_scatter(const void* send, void* recv, si
   const auto* in_place = static_cast<const uint8_t*>(send) + chunk * static_cast<size_t>(rank_);
   if (count > 0 && recv != in_place &&
       overlaps(recv, chunk, send, chunk * static_cast<size_t>(size_))) {
-    throw InvalidArgument("nccl: failed to reduce_scatter: recv overlaps send without being "
-                          "send + rank * count (in place); " + where_);
+    throw InvalidArgument(
+        "nccl: failed to reduce_scatter: recv overlaps send without being "
+        "send + rank * count (in place); " +
+        where_);
   }
   const std::string what = std::string("reduce_scatter of ") + std::to_string(count) + " " +
-                           slurmddp::to_string(type) + " per rank (" + slurmddp::to_string(op) + ")";
+                           slurmddp::to_string(type) + " per rank (" + slurmddp::to_string(op) +
+                           ")";
   const ncclDataType_t t = to_nccl(type);
   ncclRedOp_t nop = ncclSum;
   After after;
@@ -675,11 +682,12 @@ WorkHandle NcclCommunicatorImpl::reduce_scatter(const void* send, void* recv, si
       }
       break;
   }
-  return issue(what, count, order,
-               [=](ncclComm_t c, cudaStream_t s) {
-                 return ncclReduceScatter(send, recv, count, t, nop, c, s);
-               },
-               after);
+  return issue(
+      what, count, order,
+      [=](ncclComm_t c, cudaStream_t s) {
+        return ncclReduceScatter(send, recv, count, t, nop, c, s);
+      },
+      after);
 }
 
 WorkHandle NcclCommunicatorImpl::barrier(const NcclOrder& order) {
@@ -695,8 +703,10 @@ WorkHandle NcclCommunicatorImpl::barrier(const NcclOrder& order) {
 void NcclCommunicatorImpl::wait_on_stream(const WorkHandle& work, CudaStream stream) {
   const auto* w = dynamic_cast<const NcclWork*>(work.get());
   if (w == nullptr || w->state() != state_.get()) {
-    throw InvalidArgument("nccl: failed to make a stream wait: the Work is not from this "
-                          "communicator; " + where_);
+    throw InvalidArgument(
+        "nccl: failed to make a stream wait: the Work is not from this "
+        "communicator; " +
+        where_);
   }
   if (auto e = state_->error_for(w->seq())) std::rethrow_exception(e);
   if (w->end_event() == nullptr) return;
@@ -719,12 +729,16 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options)
                           std::to_string(options.size) + "; " + where);
   }
   if (options.timeout.count() <= 0) {
-    throw InvalidArgument("nccl: failed to create a communicator: timeout must be positive; "
-                          "timeout_ms=" + std::to_string(options.timeout.count()) + ", " + where);
+    throw InvalidArgument(
+        "nccl: failed to create a communicator: timeout must be positive; "
+        "timeout_ms=" +
+        std::to_string(options.timeout.count()) + ", " + where);
   }
   if (options.size > 1 && !options.store && !options.bootstrap) {
-    throw InvalidArgument("nccl: failed to create a communicator: NcclOptions needs a store or "
-                          "a bootstrap callback to share NCCL's unique id; " + where);
+    throw InvalidArgument(
+        "nccl: failed to create a communicator: NcclOptions needs a store or "
+        "a bootstrap callback to share NCCL's unique id; " +
+        where);
   }
   if (options.store && options.prefix.empty()) {
     throw InvalidArgument("nccl: failed to create a communicator: empty prefix; " + where);

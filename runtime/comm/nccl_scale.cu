@@ -46,8 +46,8 @@ cudaError_t launch(void* data, size_t count, int divisor, cudaStream_t stream) {
   const size_t blocks = std::min(kMaxBlocks, (count + kThreads - 1) / kThreads);
   // Note [Launch errors and pending errors] in common/cuda_launch.h.
   const cudaError_t pending = cuda_util::pending_error();
-  divide_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<T*>(data), count, divisor);
+  divide_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(static_cast<T*>(data),
+                                                                           count, divisor);
   return cuda_util::finish_launch(pending);
 }
 

@@ -46,8 +46,8 @@ const Driver& driver() {
   static const Driver d = [] {
     Driver x;
     x.device_get = reinterpret_cast<DeviceGetFn>(driver_function("cuDeviceGet", 12000));
-    x.primary_ctx_get_state =
-        reinterpret_cast<PrimaryCtxGetStateFn>(driver_function("cuDevicePrimaryCtxGetState", 12000));
+    x.primary_ctx_get_state = reinterpret_cast<PrimaryCtxGetStateFn>(
+        driver_function("cuDevicePrimaryCtxGetState", 12000));
     return x;
   }();
   return d;

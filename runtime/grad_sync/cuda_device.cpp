@@ -41,7 +41,9 @@ void check(cudaError_t status, const char* what, int device) {
                   " (" + cudaGetErrorName(status) + "); device=" + std::to_string(device));
 }
 
-std::string device_text(int device) { return "device=" + std::to_string(device); }
+std::string device_text(int device) {
+  return "device=" + std::to_string(device);
+}
 
 // Makes the engine's device current for a scope (Note [Device guard without
 // stray contexts] in common/cuda_device_guard.h): the calling thread may run
@@ -66,8 +68,7 @@ int resolve_device(int requested) {
     if (requested >= count) {
       throw InvalidArgument("grad_sync: failed to use the communicator's CUDA device: device " +
                             std::to_string(requested) + " is not among the " +
-                            std::to_string(count) + " visible devices; " +
-                            device_text(requested));
+                            std::to_string(count) + " visible devices; " + device_text(requested));
     }
     return requested;
   }

@@ -38,15 +38,22 @@ std::string host_name() {
   return buf;
 }
 
-Bytes to_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
-std::string to_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
+Bytes to_bytes(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
+std::string to_string(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
 
 class Group : public ProcessGroup {
  public:
   Group(ProcessIdentity id, std::shared_ptr<Store> store, std::shared_ptr<Communicator> comm,
         std::chrono::milliseconds timeout, Bootstrap bootstrap)
-      : id_(std::move(id)), store_(std::move(store)), comm_(std::move(comm)),
-        timeout_(timeout), bootstrap_(bootstrap) {}
+      : id_(std::move(id)),
+        store_(std::move(store)),
+        comm_(std::move(comm)),
+        timeout_(timeout),
+        bootstrap_(bootstrap) {}
   ~Group() override {
     comm_.reset();  // before the store (unless shared elsewhere): it may still use the store
   }
@@ -77,14 +84,16 @@ void check_world_size(Store& store, const ProcessIdentity& id) {
   std::string mine = std::to_string(id.world_size);
   Bytes seen = store.compare_set("slurmddp/init/world_size", Bytes{}, to_bytes(mine));
   if (to_string(seen) != mine) {
-    throw InvalidArgument("init: failed to join the process group: WORLD_SIZE differs between "
-                          "ranks; rank " + std::to_string(id.rank) + " on " + host_name() +
-                          " has WORLD_SIZE=" + mine + ", another rank registered WORLD_SIZE=" +
-                          to_string(seen));
+    throw InvalidArgument(
+        "init: failed to join the process group: WORLD_SIZE differs between "
+        "ranks; rank " +
+        std::to_string(id.rank) + " on " + host_name() + " has WORLD_SIZE=" + mine +
+        ", another rank registered WORLD_SIZE=" + to_string(seen));
   }
 }
 
-std::shared_ptr<Store> tcp_rendezvous(const ProcessIdentity& id, std::chrono::milliseconds timeout) {
+std::shared_ptr<Store> tcp_rendezvous(const ProcessIdentity& id,
+                                      std::chrono::milliseconds timeout) {
   TcpStoreOptions o;
   o.host = id.master_addr;
   o.port = id.master_port;
@@ -193,7 +202,8 @@ std::unique_ptr<Communicator> make_communicator(Backend backend, const ProcessId
   (void)id;
   (void)store;
   (void)timeout;
-  throw InvalidArgument("init: no communicator available: built without Gloo (meson -Dgloo=enabled)");
+  throw InvalidArgument(
+      "init: no communicator available: built without Gloo (meson -Dgloo=enabled)");
 #endif
 }
 
@@ -224,10 +234,10 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
     }
   }
   Backend backend = choose_backend(options, id);
-  SLURMDDP_LOG_INFO(kComponent, id.describe() << " backend "
-                                              << (backend == Backend::kNccl ? "nccl" : "gloo")
-                                              << " bootstrap "
-                                              << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
+  SLURMDDP_LOG_INFO(kComponent, id.describe()
+                                    << " backend " << (backend == Backend::kNccl ? "nccl" : "gloo")
+                                    << " bootstrap "
+                                    << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
 
   std::shared_ptr<Store> store;
   if (bootstrap == Bootstrap::kTcp) {

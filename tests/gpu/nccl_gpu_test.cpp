@@ -112,8 +112,7 @@ Launch run_ranks(const std::string& scenario, int size, milliseconds comm_timeou
   std::vector<pid_t> pids;
   for (int r = 0; r < size; ++r) {
     pids.push_back(spawn_self({"--worker", scenario, std::to_string(r), std::to_string(size),
-                               std::to_string(store->port()),
-                               std::to_string(comm_timeout.count())},
+                               std::to_string(store->port()), std::to_string(comm_timeout.count())},
                               rank_env(r, size)));
   }
   if (during) during(*store, pids);
@@ -152,7 +151,8 @@ const Probe& multi_rank_probe() {
         p.text = kSharedGpuRefusedText;
         break;
       case ProbeVerdict::kFailed:
-        p.text = "the two-rank probe failed (" + describe(l) + "see the rank logs above); only "
+        p.text = "the two-rank probe failed (" + describe(l) +
+                 "see the rank logs above); only "
                  "NCCL's refusal of two ranks on one GPU (every rank exiting " +
                  std::to_string(kExitSharedGpuRefused) + ") would skip";
         break;
@@ -164,11 +164,11 @@ const Probe& multi_rank_probe() {
 
 // Skips only for NCCL's refusal to share the one GPU; fails for any other
 // failure of the probe.
-#define REQUIRE_MULTI_RANK()                                                       \
-  do {                                                                             \
-    const Probe& probe_ = multi_rank_probe();                                      \
-    if (probe_.verdict == ProbeVerdict::kRefused) GTEST_SKIP() << probe_.text;     \
-    if (probe_.verdict == ProbeVerdict::kFailed) FAIL() << probe_.text;            \
+#define REQUIRE_MULTI_RANK()                                                   \
+  do {                                                                         \
+    const Probe& probe_ = multi_rank_probe();                                  \
+    if (probe_.verdict == ProbeVerdict::kRefused) GTEST_SKIP() << probe_.text; \
+    if (probe_.verdict == ProbeVerdict::kFailed) FAIL() << probe_.text;        \
   } while (0)
 
 // ---------------------------------------------------------------- rank processes
@@ -181,15 +181,15 @@ struct WorkerArgs {
   milliseconds timeout{60000};
 };
 
-#define WORKER_CHECK(cond, ...)                                                 \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      std::fprintf(stderr, "rank %d: check failed: %s: ", a.rank, #cond);       \
-      std::fprintf(stderr, __VA_ARGS__);                                        \
-      std::fprintf(stderr, "\n");                                               \
-      std::fflush(stderr);                                                      \
-      std::_Exit(1);                                                            \
-    }                                                                           \
+#define WORKER_CHECK(cond, ...)                                           \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      std::fprintf(stderr, "rank %d: check failed: %s: ", a.rank, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                  \
+      std::fprintf(stderr, "\n");                                         \
+      std::fflush(stderr);                                                \
+      std::_Exit(1);                                                      \
+    }                                                                     \
   } while (0)
 
 // The device SLURMDDP_TEST_DEVICE names (set by rank_env), or -1.
@@ -216,8 +216,8 @@ void report(const WorkerArgs& a, const std::vector<std::string>& failures) {
     if (++shown > 20) break;
     std::fprintf(stderr, "rank %d: %s\n", a.rank, f.c_str());
   }
-  if (failures.size() > 20) std::fprintf(stderr, "rank %d: ... %zu failures in all\n", a.rank,
-                                         failures.size());
+  if (failures.size() > 20)
+    std::fprintf(stderr, "rank %d: ... %zu failures in all\n", a.rank, failures.size());
   std::fflush(stderr);
 }
 
@@ -228,8 +228,7 @@ int run_worker(const WorkerArgs& a) {
   if (const int device = worker_device(); device >= 0) {
     const cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) {
-      std::fprintf(stderr, "rank %d: cudaSetDevice(%d): %s\n", a.rank, device,
-                   cudaGetErrorName(e));
+      std::fprintf(stderr, "rank %d: cudaSetDevice(%d): %s\n", a.rank, device, cudaGetErrorName(e));
       return 1;
     }
   }
@@ -322,8 +321,7 @@ int run_worker(const WorkerArgs& a) {
     } catch (const TimeoutError& e) {
       again = e.what();
     }
-    WORKER_CHECK(again == message, "later operations rethrow the first error: %s",
-                 again.c_str());
+    WORKER_CHECK(again == message, "later operations rethrow the first error: %s", again.c_str());
     std::_Exit(0);
   }
 
@@ -433,8 +431,7 @@ TEST(Single, DivideKernelOfTheSumDivideAverage) {
       ASSERT_EQ(comm::launch_divide(buf.get(), count, t, n, nullptr), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<uint8_t> out(in.size());
-      ASSERT_EQ(cudaMemcpy(out.data(), buf.get(), out.size(), cudaMemcpyDeviceToHost),
-                cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(out.data(), buf.get(), out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
       size_t wrong = 0;
       for (size_t i = 0; i < count; ++i) {
         const double x = decode(t, in.data() + i * bytes_of(t));
@@ -502,8 +499,7 @@ TEST(Single, WaitsForTheComputeStream) {
   ASSERT_EQ(cudaMemsetAsync(send.get(), 0x01, count * 4, compute), cudaSuccess);
   comm->allgather(send.get(), recv.get(), count, DataType::kFloat32)->wait(milliseconds(30000));
   std::vector<uint8_t> host(count * 4);
-  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   size_t stale = 0;
   for (uint8_t b : host) stale += b != 0x01;
   EXPECT_EQ(stale, 0u) << "the collective read the buffer before the compute stream wrote it";
@@ -511,7 +507,9 @@ TEST(Single, WaitsForTheComputeStream) {
   cudaStreamDestroy(compute);
 }
 
-void CUDART_CB sleep_3s(void* /*unused*/) { std::this_thread::sleep_for(milliseconds(3000)); }
+void CUDART_CB sleep_3s(void* /*unused*/) {
+  std::this_thread::sleep_for(milliseconds(3000));
+}
 
 // A per-operation order (NcclOrder) replaces the compute stream for that
 // operation only: with its inputs ready behind an event, the collective runs
@@ -547,15 +545,15 @@ TEST(Single, PerOperationEventOrderLeavesTheComputeStreamAlone) {
   EXPECT_LT(took, 2.0) << "the operation waited for the compute stream despite its own order";
   EXPECT_EQ(nccl->compute_stream(), compute);
   std::vector<uint8_t> host(count * 4);
-  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   size_t stale = 0;
   for (uint8_t b : host) stale += b != 0x01;
   EXPECT_EQ(stale, 0u) << "the collective read its input before the event's work wrote it";
   // The default order still follows the compute stream.
   auto defaulted = comm->barrier();
   defaulted->wait(milliseconds(30000));
-  EXPECT_GE(seconds_since(start), 2.5) << "the default order no longer waits for the compute stream";
+  EXPECT_GE(seconds_since(start), 2.5)
+      << "the default order no longer waits for the compute stream";
   // An event order needs an event; the communicator stays usable.
   NcclOrder no_event;
   no_event.kind = NcclOrder::Kind::kEvent;
@@ -609,15 +607,13 @@ TEST(Single, GradSyncStepLeavesOtherCollectivesOrderedAfterTheComputeStream) {
   sync.wait();
   other->wait(milliseconds(30000));
   std::vector<uint8_t> host(n * 4);
-  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   size_t stale = 0;
   for (uint8_t b : host) stale += b != 0x01;
   EXPECT_EQ(stale, 0u) << "a collective issued during a step was not ordered after the compute "
                           "stream";
   ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(host.data(), grad.get(), host.size(), cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(host.data(), grad.get(), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   size_t wrong = 0;
   for (uint8_t b : host) wrong += b != 0x02;
   EXPECT_EQ(wrong, 0u) << "one rank: the averaged gradient is the gradient";
@@ -646,8 +642,7 @@ TEST(Single, PerOperationStreamOrderWaitsForThatStream) {
                   NcclOrder::after_stream(producer))
       ->wait(milliseconds(30000));
   std::vector<uint8_t> host(count * 4);
-  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(host.data(), recv.get(), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   size_t stale = 0;
   for (uint8_t b : host) stale += b != 0x01;
   EXPECT_EQ(stale, 0u) << "the collective read the buffer before the stream wrote it";
@@ -666,7 +661,8 @@ TEST(Single, WaitOnStreamOrdersAConsumer) {
   cudaStream_t consumer = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
   const size_t count = 4096;
-  const auto in = encode(DataType::kFloat32, count, [](size_t i) { return input_value(DataType::kFloat32, 0, i); });
+  const auto in = encode(DataType::kFloat32, count,
+                         [](size_t i) { return input_value(DataType::kFloat32, 0, i); });
   DeviceBuffer send(count * 4);
   DeviceBuffer recv(count * 4);
   ASSERT_EQ(cudaMemcpy(send.get(), in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
@@ -801,8 +797,8 @@ class Multi : public ::testing::TestWithParam<int> {};
 
 TEST_P(Multi, EveryCollectiveTypeOpAndCount) {
   REQUIRE_MULTI_RANK();
-  const Launch l = run_ranks("collectives", GetParam(), milliseconds(60000),
-                             std::chrono::seconds(240));
+  const Launch l =
+      run_ranks("collectives", GetParam(), milliseconds(60000), std::chrono::seconds(240));
   for (const auto& c : l.exit_codes) EXPECT_TRUE(c && *c == 0) << describe(l);
 }
 
@@ -827,17 +823,17 @@ TEST(MultiFailures, WatchdogAbortsAnOperationPastTheTimeout) {
 
 TEST(MultiFailures, KilledPeerEndsInAnErrorWithinTheTimeout) {
   REQUIRE_MULTI_RANK();
-  const Launch l = run_ranks(
-      "peer_killed", 2, kCreationTimeout, std::chrono::seconds(150),
-      [](Store& store, const std::vector<pid_t>& pids) {
-        try {
-          store.wait({"test/ready/1"}, std::chrono::seconds(90));  // creation + one allreduce
-        } catch (const std::exception& e) {
-          ADD_FAILURE() << "rank 1 never became ready: " << e.what();
-        }
-        kill(pids[1], SIGKILL);
-        store.set("test/killed", Bytes{'1'});
-      });
+  const Launch l = run_ranks("peer_killed", 2, kCreationTimeout, std::chrono::seconds(150),
+                             [](Store& store, const std::vector<pid_t>& pids) {
+                               try {
+                                 store.wait({"test/ready/1"},
+                                            std::chrono::seconds(90));  // creation + one allreduce
+                               } catch (const std::exception& e) {
+                                 ADD_FAILURE() << "rank 1 never became ready: " << e.what();
+                               }
+                               kill(pids[1], SIGKILL);
+                               store.set("test/killed", Bytes{'1'});
+                             });
   ASSERT_TRUE(l.exit_codes[0] && *l.exit_codes[0] == 0) << describe(l);
 }
 

@@ -27,11 +27,21 @@ std::string g_why;
 
 }  // namespace
 
-std::string env_or_empty(const char* name) { return env_or(name, ""); }
-std::string plugin_path() { return env_or("SLURMDDP_PLUGIN", ""); }
-std::string harness_path() { return env_or("SLURMDDP_CLUSTER_SCRIPT", ""); }
-std::string probe_path() { return env_or("SLURMDDP_PROBE", ""); }
-std::string source_dir() { return env_or("SLURMDDP_SOURCE_DIR", ""); }
+std::string env_or_empty(const char* name) {
+  return env_or(name, "");
+}
+std::string plugin_path() {
+  return env_or("SLURMDDP_PLUGIN", "");
+}
+std::string harness_path() {
+  return env_or("SLURMDDP_CLUSTER_SCRIPT", "");
+}
+std::string probe_path() {
+  return env_or("SLURMDDP_PROBE", "");
+}
+std::string source_dir() {
+  return env_or("SLURMDDP_SOURCE_DIR", "");
+}
 
 std::string jobs_dir() {
   std::string dir = env_or("SLURMDDP_CLUSTER_DIR", source_dir() + "/.cluster") + "/jobs";
@@ -110,8 +120,12 @@ Result run(const std::string& command, std::chrono::seconds timeout, const std::
   return r;
 }
 
-bool ClusterEnvironment::available() { return g_available; }
-const std::string& ClusterEnvironment::why_unavailable() { return g_why; }
+bool ClusterEnvironment::available() {
+  return g_available;
+}
+const std::string& ClusterEnvironment::why_unavailable() {
+  return g_why;
+}
 
 bool system_tests_required() {
   return env_or_empty("CI") == "true" || env_or_empty("SLURMDDP_SYSTEM_TESTS") == "required";
@@ -155,8 +169,9 @@ void ClusterEnvironment::SetUp() {
     g_why = "the test cluster did not start: " + up.err;
     FAIL() << g_why;
   }
-  setenv("SLURM_CONF", (env_or("SLURMDDP_CLUSTER_DIR", source_dir() + "/.cluster") +
-                        "/etc/slurm.conf").c_str(), 1);
+  setenv("SLURM_CONF",
+         (env_or("SLURMDDP_CLUSTER_DIR", source_dir() + "/.cluster") + "/etc/slurm.conf").c_str(),
+         1);
   // Jobs left over from an interrupted run would hold the nodes.
   run("scancel --full --user=root; for i in $(seq 200); do [ -z \"$(squeue -h)\" ] && exit 0; "
       "sleep 0.1; done; exit 1");

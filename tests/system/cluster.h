@@ -13,7 +13,7 @@
 namespace slurmddp::systest {
 
 struct Result {
-  int rc = -1;          // exit status, 128+signal, or 124 on timeout
+  int rc = -1;  // exit status, 128+signal, or 124 on timeout
   std::string out;
   std::string err;
   bool timed_out = false;
@@ -25,12 +25,12 @@ Result run(const std::string& command, std::chrono::seconds timeout = std::chron
            const std::string& cwd = "");
 
 // Paths and settings passed in by meson (environment variables of the test).
-std::string plugin_path();    // SLURMDDP_PLUGIN
-std::string harness_path();   // SLURMDDP_CLUSTER_SCRIPT
-std::string probe_path();     // SLURMDDP_PROBE
-std::string source_dir();     // SLURMDDP_SOURCE_DIR
+std::string plugin_path();   // SLURMDDP_PLUGIN
+std::string harness_path();  // SLURMDDP_CLUSTER_SCRIPT
+std::string probe_path();    // SLURMDDP_PROBE
+std::string source_dir();    // SLURMDDP_SOURCE_DIR
 std::string env_or_empty(const char* name);
-std::string jobs_dir();       // a directory every node sees, for job output
+std::string jobs_dir();                          // a directory every node sees, for job output
 std::string fresh_dir(const std::string& name);  // a new empty dir under jobs_dir()
 
 // Whether a system test that cannot run must fail instead of skipping: with
@@ -57,10 +57,10 @@ class ClusterEnvironment : public ::testing::Environment {
   static const std::string& why_unavailable();
 };
 
-#define REQUIRE_CLUSTER()                                                          \
-  do {                                                                             \
-    if (!::slurmddp::systest::ClusterEnvironment::available())                     \
-      GTEST_SKIP() << ::slurmddp::systest::ClusterEnvironment::why_unavailable();  \
+#define REQUIRE_CLUSTER()                                                         \
+  do {                                                                            \
+    if (!::slurmddp::systest::ClusterEnvironment::available())                    \
+      GTEST_SKIP() << ::slurmddp::systest::ClusterEnvironment::why_unavailable(); \
   } while (0)
 
 // Sets the plugstack line's arguments (and restores the default on destruction).

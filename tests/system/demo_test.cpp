@@ -26,7 +26,9 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string build_dir() { return env_or_empty("SLURMDDP_BUILD_DIR"); }
+std::string build_dir() {
+  return env_or_empty("SLURMDDP_BUILD_DIR");
+}
 
 // Process ids whose command line mentions `needle`.
 std::vector<pid_t> processes_mentioning(const std::string& needle) {

@@ -19,7 +19,9 @@ using namespace std::chrono_literals;
 
 constexpr auto kTimeout = 5s;  // SLURMDDP_TIMEOUT of the steps below
 
-std::string probe() { return env_or_empty("SLURMDDP_RUNTIME_PROBE"); }
+std::string probe() {
+  return env_or_empty("SLURMDDP_RUNTIME_PROBE");
+}
 
 // Starts srun in the background with its output streamed.
 std::unique_ptr<slurmddp::testing::Process> start_srun(const std::string& args) {
@@ -140,4 +142,6 @@ TEST(FaultSystem, NodeCutOffDuringCollectivesFailsWithoutHanging) {
 }  // namespace
 }  // namespace slurmddp::systest
 
-int main(int argc, char** argv) { return slurmddp::systest::system_test_main(argc, argv); }
+int main(int argc, char** argv) {
+  return slurmddp::systest::system_test_main(argc, argv);
+}

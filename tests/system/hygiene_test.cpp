@@ -27,16 +27,17 @@ TEST(PluginHygiene, ExportsOnlyUnprivilegedHooks) {
   std::istringstream in(r.out);
   std::string s;
   while (in >> s) symbols.insert(s);
-  EXPECT_EQ(symbols, (std::set<std::string>{"plugin_name", "plugin_type", "plugin_version",
-                                            "spank_plugin_version", "slurm_spank_init",
-                                            "slurm_spank_init_post_opt",
-                                            "slurm_spank_local_user_init",
-                                            "slurm_spank_user_init", "slurm_spank_task_init"}));
+  EXPECT_EQ(symbols,
+            (std::set<std::string>{"plugin_name", "plugin_type", "plugin_version",
+                                   "spank_plugin_version", "slurm_spank_init",
+                                   "slurm_spank_init_post_opt", "slurm_spank_local_user_init",
+                                   "slurm_spank_user_init", "slurm_spank_task_init"}));
   Result undefined = run("nm -D --undefined-only '" + plugin_path() + "' | awk '{print $2}'",
                          std::chrono::seconds(30), "/");
   // No process spawning or shell from inside srun/slurmstepd.
   for (const char* bad : {"system", "popen", "execve", "execvp", "fork"}) {
-    EXPECT_THAT(undefined.out, ::testing::Not(::testing::ContainsRegex(std::string("^") + bad + "(@|$)")))
+    EXPECT_THAT(undefined.out,
+                ::testing::Not(::testing::ContainsRegex(std::string("^") + bad + "(@|$)")))
         << bad;
   }
 }
@@ -72,16 +73,18 @@ TEST(PluginHygiene, TokenNeverAppearsInAnyLog) {
   // runtime at the most verbose log level with a failing rank, so that every
   // error path of the rendezvous and the communicator logs something.
   std::string probe = env_or_empty("SLURMDDP_RUNTIME_PROBE");
-  Result r = run("SLURMDDP_LOG_LEVEL=trace SLURMDDP_TIMEOUT=3s srun -K0 --ddp-verbose -N 2 -n 4 "
-                 "bash -c 'umask 077; [ $RANK = 0 ] && printf %s \"$SLURMDDP_TOKEN\" > " + dir +
-                 "/token; exec " + probe + " --steps 50 --fault kill --fault-rank 3 --fault-step 10'",
-                 std::chrono::seconds(120));
+  Result r =
+      run("SLURMDDP_LOG_LEVEL=trace SLURMDDP_TIMEOUT=3s srun -K0 --ddp-verbose -N 2 -n 4 "
+          "bash -c 'umask 077; [ $RANK = 0 ] && printf %s \"$SLURMDDP_TOKEN\" > " +
+              dir + "/token; exec " + probe +
+              " --steps 50 --fault kill --fault-rank 3 --fault-step 10'",
+          std::chrono::seconds(120));
   EXPECT_NE(r.rc, 0);  // rank 3 died on purpose
   std::string token = slurp(dir + "/token");
   ASSERT_EQ(token.size(), 32u) << "the step had no token: " << r.err;
-  EXPECT_THAT(r.err, HasSubstr("slurm-ddp: step "));       // --ddp-verbose printed
+  EXPECT_THAT(r.err, HasSubstr("slurm-ddp: step "));  // --ddp-verbose printed
   EXPECT_THAT(r.err, HasSubstr("token=set"));
-  EXPECT_THAT(r.err, HasSubstr("slurm-ddp[debug"));        // the runtime logged at debug level
+  EXPECT_THAT(r.err, HasSubstr("slurm-ddp[debug"));  // the runtime logged at debug level
   EXPECT_THAT(r.out + r.err, ::testing::Not(HasSubstr(token)));
   std::string cluster = env_or_empty("SLURMDDP_CLUSTER_DIR");
   if (cluster.empty()) cluster = source_dir() + "/.cluster";
@@ -101,4 +104,6 @@ TEST(PluginHygiene, TokenNeverAppearsInAnyLog) {
 }  // namespace
 }  // namespace slurmddp::systest
 
-int main(int argc, char** argv) { return slurmddp::systest::system_test_main(argc, argv); }
+int main(int argc, char** argv) {
+  return slurmddp::systest::system_test_main(argc, argv);
+}

@@ -62,10 +62,11 @@ TEST_F(Staged, InstallPutsEachFileWhereTheConfigurationSays) {
   const std::string plugin = env_or_empty("SLURMDDP_INSTALL_PLUGIN");
   const std::string snippet = env_or_empty("SLURMDDP_INSTALL_PLUGSTACK_DIR") + "/ddp.conf";
   const std::string incdir = env_or_empty("SLURMDDP_INSTALL_INCLUDEDIR") + "/slurmddp";
-  Result list = run("cd '" + stage_ + "' && find . -type f -o -type l | sort", std::chrono::seconds(30));
+  Result list =
+      run("cd '" + stage_ + "' && find . -type f -o -type l | sort", std::chrono::seconds(30));
   std::printf("staged files:\n%s", list.out.c_str());
-  for (const std::string& p : {plugin, snippet, libdir + "/libslurmddp.so",
-                               libdir + "/pkgconfig/slurmddp.pc"}) {
+  for (const std::string& p :
+       {plugin, snippet, libdir + "/libslurmddp.so", libdir + "/pkgconfig/slurmddp.pc"}) {
     EXPECT_TRUE(fs::exists(staged(p))) << p << " is not in the staged tree:\n" << list.out;
   }
   // every public header of the source tree is installed, and nothing else
@@ -83,8 +84,9 @@ TEST_F(Staged, InstallPutsEachFileWhereTheConfigurationSays) {
   // the snippet names the installed plugin, as the admin guide says
   EXPECT_THAT(read_file(staged(snippet)), HasSubstr("\nrequired " + plugin + "\n"));
   // the plugin exports only Slurm's entry points
-  Result syms = run("nm -D --defined-only '" + staged(plugin) + "' | awk '{print $3}' | "
-                    "grep -v -E '^(plugin_|slurm_spank_|spank_plugin_version$)' || true",
+  Result syms = run("nm -D --defined-only '" + staged(plugin) +
+                        "' | awk '{print $3}' | "
+                        "grep -v -E '^(plugin_|slurm_spank_|spank_plugin_version$)' || true",
                     std::chrono::seconds(30));
   EXPECT_EQ(syms.out, "") << "unexpected exported symbols";
 }
@@ -160,7 +162,8 @@ TEST_F(Staged, PluginThroughStagedSnippetAndPkgConfigConsumerRunInAStep) {
   std::string dir = fresh_dir("consumer");
   std::string includes;
   std::vector<std::string> headers;
-  for (const auto& e : fs::directory_iterator(staged(incdir))) headers.push_back(e.path().filename());
+  for (const auto& e : fs::directory_iterator(staged(incdir)))
+    headers.push_back(e.path().filename());
   std::sort(headers.begin(), headers.end());
   for (const auto& h : headers) includes += "#include <slurmddp/" + h + ">\n";
   ASSERT_GE(headers.size(), 5u);
@@ -212,14 +215,17 @@ TEST_F(Staged, PluginThroughStagedSnippetAndPkgConfigConsumerRunInAStep) {
     EXPECT_EQ(c.at("local_rank"), std::to_string(rank % 4));
     EXPECT_EQ(c.at("node_rank"), std::to_string(rank / 4));
     const int third = rank + 16 < 20 ? rank + 16 : rank + 16 - 20;  // torch pads from the start
-    EXPECT_EQ(c.at("indices"), std::to_string(rank) + "," + std::to_string(rank + 8) + "," +
-                                   std::to_string(third));
+    EXPECT_EQ(c.at("indices"),
+              std::to_string(rank) + "," + std::to_string(rank + 8) + "," + std::to_string(third));
   }
-  EXPECT_THAT(r.err, HasSubstr("slurm-ddp")) << "--ddp-verbose printed nothing: was the plugin loaded?";
+  EXPECT_THAT(r.err, HasSubstr("slurm-ddp"))
+      << "--ddp-verbose printed nothing: was the plugin loaded?";
   if (!HasFailure()) fs::remove_all(dir);
 }
 
 }  // namespace
 }  // namespace slurmddp::systest
 
-int main(int argc, char** argv) { return slurmddp::systest::system_test_main(argc, argv); }
+int main(int argc, char** argv) {
+  return slurmddp::systest::system_test_main(argc, argv);
+}

@@ -20,9 +20,9 @@ namespace {
 using ::testing::HasSubstr;
 
 struct Job {
-  std::string out;                  // the job's output file (stdout and stderr)
-  std::vector<Fields> tasks;        // "job ..." lines: what each task was given
-  std::vector<Fields> ranks;        // "runtime ... ok=" lines: the probe's verdicts
+  std::string out;            // the job's output file (stdout and stderr)
+  std::vector<Fields> tasks;  // "job ..." lines: what each task was given
+  std::vector<Fields> ranks;  // "runtime ... ok=" lines: the probe's verdicts
 };
 
 Job submit(const std::string& script) {
@@ -143,4 +143,6 @@ TEST(JobScripts, ReservedPortsGiveConcurrentStepsTheirOwnPort) {
 }  // namespace
 }  // namespace slurmddp::systest
 
-int main(int argc, char** argv) { return slurmddp::systest::system_test_main(argc, argv); }
+int main(int argc, char** argv) {
+  return slurmddp::systest::system_test_main(argc, argv);
+}

@@ -16,9 +16,9 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const char* const kVars[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                             "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                             "SLURMDDP_LOCAL_DEVICE", "SLURMDDP_STEP"};
+const char* const kVars[] = {
+    "RANK",       "LOCAL_RANK",  "WORLD_SIZE",  "LOCAL_WORLD_SIZE",      "NODE_RANK",
+    "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURMDDP_LOCAL_DEVICE", "SLURMDDP_STEP"};
 
 // The probe's path; the build tree's path has no spaces or quotes (checked).
 std::string probe() {
@@ -64,7 +64,9 @@ void expect_nodes_idle() {
   for (const auto& [node, state] : states) EXPECT_EQ(state, "idle") << node;
 }
 
-std::string first_ip(const Fields& f) { return f.at("ips").substr(0, f.at("ips").find(',')); }
+std::string first_ip(const Fields& f) {
+  return f.at("ips").substr(0, f.at("ips").find(','));
+}
 
 TEST(PluginSystem, EightTasksOnTwoNodesGetTheTorchrunContract) {
   REQUIRE_CLUSTER();
@@ -202,7 +204,8 @@ TEST(PluginSystem, ConcurrentStepsGetDifferentHashedPortsWithoutReservation) {
 
 TEST(PluginSystem, PortOptionAndEnvironmentPrecedence) {
   REQUIRE_CLUSTER();
-  for (const auto& t : probe_step("-N 2 -n 4 --ddp-port=29999")) EXPECT_EQ(t.at("MASTER_PORT"), "29999");
+  for (const auto& t : probe_step("-N 2 -n 4 --ddp-port=29999"))
+    EXPECT_EQ(t.at("MASTER_PORT"), "29999");
   for (const auto& t : probe_step("-N 2 -n 2", nullptr, "MASTER_PORT=29500 ")) {
     EXPECT_EQ(t.at("MASTER_PORT"), "29500");
   }
@@ -234,12 +237,13 @@ TEST(PluginSystem, DefaultOffNeedsDdpOption) {
 TEST(PluginSystem, BatchShellHasNoRankButItsStepsDo) {
   REQUIRE_CLUSTER();
   std::string dir = fresh_dir("sbatch");
-  std::ofstream(dir + "/job.sh") << "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n"
-                                    "echo \"batch RANK=${RANK-<unset>} MASTER_ADDR=${MASTER_ADDR-<unset>} "
-                                    "TOKEN=${SLURMDDP_TOKEN+set}\"\n"
-                                 << "srun " << probe() << "\n";
-  Result r = run("sbatch --wait -o " + dir + "/out.txt " + dir + "/job.sh", std::chrono::seconds(90),
-                 dir);
+  std::ofstream(dir + "/job.sh")
+      << "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n"
+         "echo \"batch RANK=${RANK-<unset>} MASTER_ADDR=${MASTER_ADDR-<unset>} "
+         "TOKEN=${SLURMDDP_TOKEN+set}\"\n"
+      << "srun " << probe() << "\n";
+  Result r =
+      run("sbatch --wait -o " + dir + "/out.txt " + dir + "/job.sh", std::chrono::seconds(90), dir);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   std::ifstream in(dir + "/out.txt");
   std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -256,8 +260,8 @@ TEST(PluginSystem, SbatchOptionReachesInnerSrun) {
   std::string dir = fresh_dir("sbatch-port");
   std::ofstream(dir + "/job.sh") << "#!/bin/bash\n#SBATCH -N 2 -n 2\n#SBATCH --ddp-port=29600\n"
                                  << "srun " << probe() << "\n";
-  Result r = run("sbatch --wait -o " + dir + "/out.txt " + dir + "/job.sh", std::chrono::seconds(90),
-                 dir);
+  Result r =
+      run("sbatch --wait -o " + dir + "/out.txt " + dir + "/job.sh", std::chrono::seconds(90), dir);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   std::ifstream in(dir + "/out.txt");
   std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -329,8 +333,8 @@ TEST(PluginSystem, MultiHomedNodesChooseTheRendezvousNetwork) {
 TEST(PluginSystem, OptionsAreListedInSrunHelp) {
   REQUIRE_CLUSTER();
   Result r = run("srun --help");
-  for (const char* opt : {"--ddp ", "--no-ddp", "--ddp-port=N", "--ddp-addr=HOST", "--ddp-ifname=NAME",
-                          "--ddp-bind-gpu", "--ddp-verbose"}) {
+  for (const char* opt : {"--ddp ", "--no-ddp", "--ddp-port=N", "--ddp-addr=HOST",
+                          "--ddp-ifname=NAME", "--ddp-bind-gpu", "--ddp-verbose"}) {
     EXPECT_THAT(r.out + r.err, HasSubstr(opt));
   }
   EXPECT_THAT(r.out + r.err, HasSubstr("[ddp] Use port N for MASTER_PORT"));
@@ -350,9 +354,9 @@ TEST(PluginSystem, VerbosePrintsTheRendezvousOnceWithoutTheToken) {
 
 TEST(PluginSystem, PytorchInitProcessGroupJustWorks) {
   REQUIRE_CLUSTER();
-  Result r = run("srun -N 2 -n 4 /usr/bin/python3 '" + source_dir() +
-                     "/tests/system/torch_allreduce.py'",
-                 std::chrono::seconds(120));
+  Result r =
+      run("srun -N 2 -n 4 /usr/bin/python3 '" + source_dir() + "/tests/system/torch_allreduce.py'",
+          std::chrono::seconds(120));
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   std::set<std::string> lines;
   std::istringstream in(r.out);
@@ -360,9 +364,9 @@ TEST(PluginSystem, PytorchInitProcessGroupJustWorks) {
   while (std::getline(in, line)) {
     if (line.rfind("torch ", 0) == 0) lines.insert(line);
   }
-  EXPECT_EQ(lines, (std::set<std::string>{"torch rank=0 world=4 sum=10", "torch rank=1 world=4 sum=10",
-                                          "torch rank=2 world=4 sum=10",
-                                          "torch rank=3 world=4 sum=10"}));
+  EXPECT_EQ(lines,
+            (std::set<std::string>{"torch rank=0 world=4 sum=10", "torch rank=1 world=4 sum=10",
+                                   "torch rank=2 world=4 sum=10", "torch rank=3 world=4 sum=10"}));
 }
 
 struct BadInput {
@@ -415,4 +419,6 @@ TEST(PluginSystem, InvalidPlugstackArgumentFailsTheStepNotTheNodes) {
 }  // namespace
 }  // namespace slurmddp::systest
 
-int main(int argc, char** argv) { return slurmddp::systest::system_test_main(argc, argv); }
+int main(int argc, char** argv) {
+  return slurmddp::systest::system_test_main(argc, argv);
+}

@@ -13,7 +13,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string runtime_probe() { return env_or_empty("SLURMDDP_RUNTIME_PROBE"); }
+std::string runtime_probe() {
+  return env_or_empty("SLURMDDP_RUNTIME_PROBE");
+}
 
 std::vector<Fields> run_probe(const std::string& srun_args, int expect_ranks,
                               const std::string& env = "") {
@@ -62,7 +64,8 @@ TEST(RuntimeSystem, InitWithoutThePluginFromBareSlurmVariables) {
 
 TEST(RuntimeSystem, WrongTaskCountForAFixedWorldSizeIsAClearError) {
   REQUIRE_CLUSTER();
-  Result r = run("srun -N 2 -n 3 " + runtime_probe() + " --expect-world 4", std::chrono::seconds(120));
+  Result r =
+      run("srun -N 2 -n 3 " + runtime_probe() + " --expect-world 4", std::chrono::seconds(120));
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("needs WORLD_SIZE=4 but the step has WORLD_SIZE=3"));
 }
@@ -70,4 +73,6 @@ TEST(RuntimeSystem, WrongTaskCountForAFixedWorldSizeIsAClearError) {
 }  // namespace
 }  // namespace slurmddp::systest
 
-int main(int argc, char** argv) { return slurmddp::systest::system_test_main(argc, argv); }
+int main(int argc, char** argv) {
+  return slurmddp::systest::system_test_main(argc, argv);
+}

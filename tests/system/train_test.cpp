@@ -17,7 +17,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string train() { return env_or_empty("SLURMDDP_TRAIN"); }
+std::string train() {
+  return env_or_empty("SLURMDDP_TRAIN");
+}
 
 std::vector<float> read_floats(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -54,9 +56,9 @@ TEST(TrainSystem, EightRanksEqualOneProcessWithEightTimesTheBatch) {
   ASSERT_EQ(r8.rc, 0) << r8.out << r8.err;
   auto sums8 = checksums(r8.out);
   EXPECT_EQ(sums8.size(), 1u) << "ranks ended with different parameters:\n" << r8.out;
-  Result r1 = run("srun -n 1 " + train() + common + " --batch-size=128 --dump-params=" + dir +
-                      "/r1.bin",
-                  std::chrono::seconds(300));
+  Result r1 =
+      run("srun -n 1 " + train() + common + " --batch-size=128 --dump-params=" + dir + "/r1.bin",
+          std::chrono::seconds(300));
   ASSERT_EQ(r1.rc, 0) << r1.out << r1.err;
   EXPECT_THAT(r1.out, HasSubstr("rank 0: 20 steps"));
   EXPECT_THAT(r8.out, HasSubstr("rank 7: 20 steps"));
@@ -85,13 +87,17 @@ TEST(TrainSystem, EightRanksEqualOneProcessWithEightTimesTheBatch) {
 
 TEST(TrainSystem, MissingDatasetIsAClearError) {
   REQUIRE_CLUSTER();
-  Result r = run("srun -n 2 " + train() + " --data=/nonexistent --steps=1", std::chrono::seconds(120));
+  Result r =
+      run("srun -n 2 " + train() + " --data=/nonexistent --steps=1", std::chrono::seconds(120));
   EXPECT_NE(r.rc, 0);
-  EXPECT_THAT(r.err, HasSubstr("failed to open dataset file /nonexistent/train-images-idx3-ubyte.gz"));
+  EXPECT_THAT(r.err,
+              HasSubstr("failed to open dataset file /nonexistent/train-images-idx3-ubyte.gz"));
   EXPECT_THAT(r.err, HasSubstr("dataset-fashion-mnist"));
 }
 
 }  // namespace
 }  // namespace slurmddp::systest
 
-int main(int argc, char** argv) { return slurmddp::systest::system_test_main(argc, argv); }
+int main(int argc, char** argv) {
+  return slurmddp::systest::system_test_main(argc, argv);
+}

@@ -94,9 +94,10 @@ const std::map<std::string, DataType>& type_names() {
 }
 
 const std::map<std::string, ReduceOp>& op_names() {
-  static const std::map<std::string, ReduceOp> m = {
-      {"sum", ReduceOp::kSum}, {"avg", ReduceOp::kAvg}, {"min", ReduceOp::kMin},
-      {"max", ReduceOp::kMax}};
+  static const std::map<std::string, ReduceOp> m = {{"sum", ReduceOp::kSum},
+                                                    {"avg", ReduceOp::kAvg},
+                                                    {"min", ReduceOp::kMin},
+                                                    {"max", ReduceOp::kMax}};
   return m;
 }
 
@@ -139,11 +140,22 @@ size_t parse_size(const std::string& s) {
   if (end == s.c_str() || v < 0) usage(("bad size " + s).c_str());
   double scale = 1;
   switch (*end) {
-    case 'K': case 'k': scale = 1024.0; break;
-    case 'M': case 'm': scale = 1024.0 * 1024; break;
-    case 'G': case 'g': scale = 1024.0 * 1024 * 1024; break;
-    case '\0': break;
-    default: usage(("bad size " + s).c_str());
+    case 'K':
+    case 'k':
+      scale = 1024.0;
+      break;
+    case 'M':
+    case 'm':
+      scale = 1024.0 * 1024;
+      break;
+    case 'G':
+    case 'g':
+      scale = 1024.0 * 1024 * 1024;
+      break;
+    case '\0':
+      break;
+    default:
+      usage(("bad size " + s).c_str());
   }
   return static_cast<size_t>(v * scale);
 }
@@ -205,7 +217,9 @@ Args parse(int argc, char** argv) {
 
 // ---- data with a closed form (positive, exact in every type for n <= 8)
 
-double scale_of(DataType t) { return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0; }
+double scale_of(DataType t) {
+  return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0;
+}
 
 // v(r, i) over n ranks (see the header): sum, min and max over r are those of
 // (rank + 1) * k, so expected() does not depend on the rotation.
@@ -218,9 +232,12 @@ double expected(DataType t, ReduceOp op, int n, size_t i) {
   const double k = static_cast<double>(i % 7 + 1) * scale_of(t);
   const double sum = k * n * (n + 1) / 2.0;
   switch (op) {
-    case ReduceOp::kSum: return sum;
-    case ReduceOp::kMin: return k;
-    case ReduceOp::kMax: return k * n;
+    case ReduceOp::kSum:
+      return sum;
+    case ReduceOp::kMin:
+      return k;
+    case ReduceOp::kMax:
+      return k * n;
     case ReduceOp::kAvg:
       return (t == DataType::kInt32 || t == DataType::kInt64) ? std::trunc(sum / n) : sum / n;
   }
@@ -230,11 +247,15 @@ double expected(DataType t, ReduceOp op, int n, size_t i) {
 double tolerance(DataType t, ReduceOp op, double want) {
   if (op != ReduceOp::kAvg) return 0.0;
   switch (t) {
-    case DataType::kFloat32: return 1e-5 * want;
-    case DataType::kFloat64: return 1e-12 * want;
+    case DataType::kFloat32:
+      return 1e-5 * want;
+    case DataType::kFloat64:
+      return 1e-12 * want;
     case DataType::kFloat16:
-    case DataType::kBFloat16: return 3e-2 * want;
-    default: return 0.0;
+    case DataType::kBFloat16:
+      return 3e-2 * want;
+    default:
+      return 0.0;
   }
 }
 
@@ -270,23 +291,69 @@ float from_fp16(uint16_t h) {
 
 void store_value(DataType t, uint8_t* p, double v) {
   switch (t) {
-    case DataType::kFloat32: { const auto x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-    case DataType::kFloat64: std::memcpy(p, &v, 8); break;
-    case DataType::kFloat16: { const uint16_t x = to_fp16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-    case DataType::kBFloat16: { const uint16_t x = to_bf16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-    case DataType::kInt32: { const auto x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-    case DataType::kInt64: { const auto x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
+    case DataType::kFloat32: {
+      const auto x = static_cast<float>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DataType::kFloat64:
+      std::memcpy(p, &v, 8);
+      break;
+    case DataType::kFloat16: {
+      const uint16_t x = to_fp16(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case DataType::kBFloat16: {
+      const uint16_t x = to_bf16(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case DataType::kInt32: {
+      const auto x = static_cast<int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DataType::kInt64: {
+      const auto x = static_cast<int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
   }
 }
 
 double load_value(DataType t, const uint8_t* p) {
   switch (t) {
-    case DataType::kFloat32: { float x; std::memcpy(&x, p, 4); return x; }
-    case DataType::kFloat64: { double x; std::memcpy(&x, p, 8); return x; }
-    case DataType::kFloat16: { uint16_t x; std::memcpy(&x, p, 2); return from_fp16(x); }
-    case DataType::kBFloat16: { uint16_t x; std::memcpy(&x, p, 2); return from_bf16(x); }
-    case DataType::kInt32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-    case DataType::kInt64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
+    case DataType::kFloat32: {
+      float x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case DataType::kFloat64: {
+      double x;
+      std::memcpy(&x, p, 8);
+      return x;
+    }
+    case DataType::kFloat16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      return from_fp16(x);
+    }
+    case DataType::kBFloat16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      return from_bf16(x);
+    }
+    case DataType::kInt32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case DataType::kInt64: {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
   }
   return 0;
 }
@@ -315,7 +382,9 @@ std::string host_name() {
   return buf;
 }
 
-bool devices_shared(int ranks, int devices) { return devices < ranks; }
+bool devices_shared(int ranks, int devices) {
+  return devices < ranks;
+}
 
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -334,22 +403,32 @@ void nccl_check(ncclResult_t r, const char* what) {
 
 ncclDataType_t nccl_type(DataType t) {
   switch (t) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
   }
   return ncclFloat32;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -370,8 +449,10 @@ class RawNccl {
       } else {
         const auto v = store->get(key, limit);
         if (v.size() != sizeof id.internal) {
-          throw slurmddp::Error("nccl_allreduce_bench: raw NCCL: failed to read the unique id: "
-                                "size " + std::to_string(v.size()));
+          throw slurmddp::Error(
+              "nccl_allreduce_bench: raw NCCL: failed to read the unique id: "
+              "size " +
+              std::to_string(v.size()));
         }
         std::memcpy(id.internal, v.data(), v.size());
       }
@@ -441,8 +522,8 @@ int run_rank(const Args& a, int devices) {
   char bus[32] = {};
   cuda_check(cudaDeviceGetPCIBusId(bus, sizeof bus, o.device), "cudaDeviceGetPCIBusId");
   const std::string me = "#   rank " + std::to_string(rank) + ": host " + host_name() + " pid " +
-                         std::to_string(getpid()) + " device " + std::to_string(o.device) +
-                         " (" + prop.name + ", bus " + bus + ")";
+                         std::to_string(getpid()) + " device " + std::to_string(o.device) + " (" +
+                         prop.name + ", bus " + bus + ")";
   if (store) store->set("bench/map/" + std::to_string(rank), slurmddp::Bytes(me.begin(), me.end()));
 
   const size_t esz = bytes_of(a.type);
@@ -457,16 +538,18 @@ int run_rank(const Args& a, int devices) {
     int driver = 0;
     cudaRuntimeGetVersion(&runtime);
     cudaDriverGetVersion(&driver);
-    std::printf("# slurm-ddp NCCL allreduce benchmark (nccl-tests columns; in place; GB = 1e9; "
-                "busbw = algbw * 2(n-1)/n)\n");
+    std::printf(
+        "# slurm-ddp NCCL allreduce benchmark (nccl-tests columns; in place; GB = 1e9; "
+        "busbw = algbw * 2(n-1)/n)\n");
     std::printf("# slurm-ddp %s, NCCL %s (built against %s), CUDA runtime %s, driver %s\n",
                 SLURMDDP_VERSION, nccl_text(nccl->nccl_version()).c_str(),
                 nccl_text(NCCL_VERSION_CODE).c_str(), version_text(runtime).c_str(),
                 version_text(driver).c_str());
-    std::printf("# ranks %d, iters %d, reps %d (median of reps, max over ranks), warmup %d, "
-                "type %s, redop %s, timeout %ld ms\n",
-                size, a.iters, a.reps, a.warmup, name_of(type_names(), a.type).c_str(),
-                name_of(op_names(), a.op).c_str(), a.timeout_ms);
+    std::printf(
+        "# ranks %d, iters %d, reps %d (median of reps, max over ranks), warmup %d, "
+        "type %s, redop %s, timeout %ld ms\n",
+        size, a.iters, a.reps, a.warmup, name_of(type_names(), a.type).c_str(),
+        name_of(op_names(), a.op).c_str(), a.timeout_ms);
     if (store) {
       for (int r = 0; r < size; ++r) {
         const auto v = store->get("bench/map/" + std::to_string(r), wait_limit);
@@ -476,16 +559,18 @@ int run_rank(const Args& a, int devices) {
       std::printf("%s\n", me.c_str());
     }
     if (size == 1) {
-      std::printf("# one rank: allreduce is the identity, so the check catches corrupted or "
-                  "misplaced elements only; run --ranks 2 or more to check the reduction\n");
+      std::printf(
+          "# one rank: allreduce is the identity, so the check catches corrupted or "
+          "misplaced elements only; run --ranks 2 or more to check the reduction\n");
     }
     if (devices_shared(size, devices)) {
-      std::printf("# %d ranks on %d device(s): ranks share a GPU over loopback TCP (NCCL_HOSTID); "
-                  "a check of the multi-process path, not a bandwidth figure\n",
-                  size, devices);
+      std::printf(
+          "# %d ranks on %d device(s): ranks share a GPU over loopback TCP (NCCL_HOSTID); "
+          "a check of the multi-process path, not a bandwidth figure\n",
+          size, devices);
     }
-    std::printf("#\n# %12s %12s %9s %7s %12s %12s %12s %8s", "size(B)", "count", "type",
-                "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    std::printf("#\n# %12s %12s %9s %7s %12s %12s %12s %8s", "size(B)", "count", "type", "redop",
+                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
     if (a.raw) std::printf(" %12s %15s %9s", "raw_time(us)", "raw_busbw(GB/s)", "ours/raw");
     std::printf("\n");
     std::fflush(stdout);
@@ -525,8 +610,8 @@ int run_rank(const Args& a, int devices) {
       for (int r = 0; r < a.reps; ++r) {
         const auto t0 = Clock::now();
         raw.allreduce(buf, count, a.type, a.op, a.iters);  // back to back, then one stream sync
-        raw_samples.push_back(
-            std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / a.iters);
+        raw_samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
+                              a.iters);
       }
       raw_median = median_of(raw_samples);
     }
@@ -559,8 +644,8 @@ int run_rank(const Args& a, int devices) {
     ++rows;
     if (rank == 0) {
       std::printf("  %12zu %12zu %9s %7s %12.2f %12.2f %12.2f %8lld", count * esz, count,
-                  name_of(type_names(), a.type).c_str(), name_of(op_names(), a.op).c_str(),
-                  all[0], algbw, algbw * bus_factor, static_cast<long long>(all[1]));
+                  name_of(type_names(), a.type).c_str(), name_of(op_names(), a.op).c_str(), all[0],
+                  algbw, algbw * bus_factor, static_cast<long long>(all[1]));
       if (a.raw) {
         const double raw_algbw = static_cast<double>(count * esz) / (all[2] * 1e-6) / 1e9;
         // busbw ratio = time ratio (same bytes, same factor); 1 rank: algbw ratio
@@ -578,8 +663,9 @@ int run_rank(const Args& a, int devices) {
     std::printf("# Wrong values         : %lld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
     if (a.raw && !ratios_large.empty()) {
       const double r = median_of(ratios_large);
-      std::printf("# ours/raw busbw at >= 64 MiB: median %.3f over %zu sizes (target >= 0.95: %s)\n",
-                  r, ratios_large.size(), r >= 0.95 ? "met" : "NOT met");
+      std::printf(
+          "# ours/raw busbw at >= 64 MiB: median %.3f over %zu sizes (target >= 0.95: %s)\n", r,
+          ratios_large.size(), r >= 0.95 ? "met" : "NOT met");
     } else if (a.raw) {
       std::printf("# ours/raw busbw at >= 64 MiB: no such size in this sweep\n");
     }

@@ -443,8 +443,7 @@ TEST(GpuEngineChecks, HostPointersAreRefusedOnEveryRank) {
 
 int main(int argc, char** argv) {
   int devices = 0;
-  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_grad_sync", &devices);
-      status != 0) {
+  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_grad_sync", &devices); status != 0) {
     return status;
   }
   ::testing::InitGoogleTest(&argc, argv);

@@ -47,18 +47,18 @@ std::unique_ptr<Process> start(const Rank& r, uint16_t port, const std::string& 
                                const std::map<std::string, std::string>& extra = {}) {
   std::vector<std::string> argv{probe()};
   std::map<std::string, std::string> env{{"RANK", std::to_string(r.rank)},
-                                               {"WORLD_SIZE", std::to_string(r.world)},
-                                               {"LOCAL_RANK", std::to_string(r.rank)},
-                                               {"LOCAL_WORLD_SIZE", std::to_string(r.world)},
-                                               {"MASTER_ADDR", "127.0.0.1"},
-                                               {"MASTER_PORT", std::to_string(port)},
-                                               {"SLURMDDP_TOKEN", r.token},
-                                               {"SLURMDDP_TIMEOUT", timeout},
-                                               {"SLURMDDP_BACKEND", "gloo"},
-                                               {"GLOO_SOCKET_IFNAME", "lo"},
-                                               {"SLURMDDP_STEP", ""},
-                                               {"SLURM_JOB_ID", ""},
-                                               {"PMIX_RANK", ""}};
+                                         {"WORLD_SIZE", std::to_string(r.world)},
+                                         {"LOCAL_RANK", std::to_string(r.rank)},
+                                         {"LOCAL_WORLD_SIZE", std::to_string(r.world)},
+                                         {"MASTER_ADDR", "127.0.0.1"},
+                                         {"MASTER_PORT", std::to_string(port)},
+                                         {"SLURMDDP_TOKEN", r.token},
+                                         {"SLURMDDP_TIMEOUT", timeout},
+                                         {"SLURMDDP_BACKEND", "gloo"},
+                                         {"GLOO_SOCKET_IFNAME", "lo"},
+                                         {"SLURMDDP_STEP", ""},
+                                         {"SLURM_JOB_ID", ""},
+                                         {"PMIX_RANK", ""}};
   for (const auto& [k, v] : extra) env[k] = v;
   return std::make_unique<Process>(argv, env);
 }
@@ -131,8 +131,8 @@ TEST(InitMultiproc, WorldSizesOneToFour) {
     for (int r = 0; r < world; ++r) {
       auto line = ranks[r]->read_line(20s);
       ASSERT_TRUE(line) << "rank " << r << ": " << ranks[r]->stderr_text();
-      EXPECT_THAT(*line, HasSubstr("runtime rank=" + std::to_string(r) + " world=" +
-                                   std::to_string(world)));
+      EXPECT_THAT(*line, HasSubstr("runtime rank=" + std::to_string(r) +
+                                   " world=" + std::to_string(world)));
       EXPECT_THAT(*line, HasSubstr("ok=1"));
       EXPECT_EQ(ranks[r]->wait(20s), 0) << ranks[r]->stderr_text();
     }
