@@ -36,9 +36,6 @@
 // the trailer the median of ours/raw over sizes >= 64 MiB (target >= 0.95).
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,25 +45,26 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../../common/rank_launcher.h"
+#include "comm/nccl_util.h"
+#include "gpu_values.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp_config.h"
-
-extern char** environ;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using slurmddp::DataType;
 using slurmddp::ReduceOp;
+using slurmddp::gpu_testing::bytes_of;
+using slurmddp::gpu_testing::name;
+using slurmddp::gpu_testing::scale_of;
 
 struct Args {
   int ranks = 1;
@@ -85,43 +83,16 @@ struct Args {
   std::vector<std::string> forwarded;  // the options above, for the rank processes
 };
 
-const std::map<std::string, DataType>& type_names() {
-  static const std::map<std::string, DataType> m = {
-      {"float32", DataType::kFloat32}, {"float64", DataType::kFloat64},
-      {"float16", DataType::kFloat16}, {"bfloat16", DataType::kBFloat16},
-      {"int32", DataType::kInt32},     {"int64", DataType::kInt64}};
-  return m;
-}
-
-const std::map<std::string, ReduceOp>& op_names() {
-  static const std::map<std::string, ReduceOp> m = {{"sum", ReduceOp::kSum},
-                                                    {"avg", ReduceOp::kAvg},
-                                                    {"min", ReduceOp::kMin},
-                                                    {"max", ReduceOp::kMax}};
-  return m;
-}
-
+// The value of `all` whose name() is `text`.
 template <typename T>
-std::string name_of(const std::map<std::string, T>& m, T v) {
-  for (const auto& [k, x] : m) {
-    if (x == v) return k;
+bool by_name(const std::vector<T>& all, const std::string& text, T* out) {
+  for (T v : all) {
+    if (text == name(v)) {
+      *out = v;
+      return true;
+    }
   }
-  return "?";
-}
-
-size_t bytes_of(DataType t) {
-  switch (t) {
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-  }
-  return 0;
+  return false;
 }
 
 [[noreturn]] void usage(const char* why) {
@@ -183,13 +154,13 @@ Args parse(int argc, char** argv) {
     } else if (k == "-f") {
       a.factor = static_cast<size_t>(std::atoi(v.c_str()));
     } else if (k == "-t") {
-      const auto it = type_names().find(v);
-      if (it == type_names().end()) usage(("unknown type " + v).c_str());
-      a.type = it->second;
+      if (!by_name(slurmddp::gpu_testing::all_types(), v, &a.type)) {
+        usage(("unknown type " + v).c_str());
+      }
     } else if (k == "-o") {
-      const auto it = op_names().find(v);
-      if (it == op_names().end()) usage(("unknown redop " + v).c_str());
-      a.op = it->second;
+      if (!by_name(slurmddp::gpu_testing::all_ops(), v, &a.op)) {
+        usage(("unknown redop " + v).c_str());
+      }
     } else if (k == "-n") {
       a.iters = std::atoi(v.c_str());
     } else if (k == "-w") {
@@ -217,145 +188,12 @@ Args parse(int argc, char** argv) {
 
 // ---- data with a closed form (positive, exact in every type for n <= 8)
 
-double scale_of(DataType t) {
-  return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0;
-}
-
 // v(r, i) over n ranks (see the header): sum, min and max over r are those of
-// (rank + 1) * k, so expected() does not depend on the rotation.
+// (rank + 1) * k, so expected_reduction() (gpu_values.h) does not depend on
+// the rotation.
 double input(DataType t, int rank, int n, size_t i) {
   const size_t slot = (i + static_cast<size_t>(rank)) % static_cast<size_t>(n);
   return static_cast<double>(slot + 1) * static_cast<double>(i % 7 + 1) * scale_of(t);
-}
-
-double expected(DataType t, ReduceOp op, int n, size_t i) {
-  const double k = static_cast<double>(i % 7 + 1) * scale_of(t);
-  const double sum = k * n * (n + 1) / 2.0;
-  switch (op) {
-    case ReduceOp::kSum:
-      return sum;
-    case ReduceOp::kMin:
-      return k;
-    case ReduceOp::kMax:
-      return k * n;
-    case ReduceOp::kAvg:
-      return (t == DataType::kInt32 || t == DataType::kInt64) ? std::trunc(sum / n) : sum / n;
-  }
-  return 0;
-}
-
-double tolerance(DataType t, ReduceOp op, double want) {
-  if (op != ReduceOp::kAvg) return 0.0;
-  switch (t) {
-    case DataType::kFloat32:
-      return 1e-5 * want;
-    case DataType::kFloat64:
-      return 1e-12 * want;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 3e-2 * want;
-    default:
-      return 0.0;
-  }
-}
-
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// Exact for the small positive integers and halves used here.
-uint16_t to_fp16(float f) {
-  if (f == 0.0f) return 0;
-  int e = 0;
-  const float m = std::frexp(f, &e);  // f = m * 2^e, m in [0.5, 1)
-  const auto mant = static_cast<uint32_t>(std::nearbyint((m * 2 - 1) * 1024));
-  return static_cast<uint16_t>(((static_cast<uint32_t>(e - 1 + 15)) << 10) + mant);
-}
-
-float from_fp16(uint16_t h) {
-  const int e = (h >> 10) & 0x1f;
-  const int mant = h & 0x3ff;
-  if (e == 0) return std::ldexp(static_cast<float>(mant), -24);
-  return std::ldexp(1.0f + static_cast<float>(mant) / 1024.0f, e - 15);
-}
-
-void store_value(DataType t, uint8_t* p, double v) {
-  switch (t) {
-    case DataType::kFloat32: {
-      const auto x = static_cast<float>(v);
-      std::memcpy(p, &x, 4);
-      break;
-    }
-    case DataType::kFloat64:
-      std::memcpy(p, &v, 8);
-      break;
-    case DataType::kFloat16: {
-      const uint16_t x = to_fp16(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      break;
-    }
-    case DataType::kBFloat16: {
-      const uint16_t x = to_bf16(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      break;
-    }
-    case DataType::kInt32: {
-      const auto x = static_cast<int32_t>(v);
-      std::memcpy(p, &x, 4);
-      break;
-    }
-    case DataType::kInt64: {
-      const auto x = static_cast<int64_t>(v);
-      std::memcpy(p, &x, 8);
-      break;
-    }
-  }
-}
-
-double load_value(DataType t, const uint8_t* p) {
-  switch (t) {
-    case DataType::kFloat32: {
-      float x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case DataType::kFloat64: {
-      double x;
-      std::memcpy(&x, p, 8);
-      return x;
-    }
-    case DataType::kFloat16: {
-      uint16_t x;
-      std::memcpy(&x, p, 2);
-      return from_fp16(x);
-    }
-    case DataType::kBFloat16: {
-      uint16_t x;
-      std::memcpy(&x, p, 2);
-      return from_bf16(x);
-    }
-    case DataType::kInt32: {
-      int32_t x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case DataType::kInt64: {
-      int64_t x;
-      std::memcpy(&x, p, 8);
-      return static_cast<double>(x);
-    }
-  }
-  return 0;
 }
 
 void cuda_check(cudaError_t e, const char* what) {
@@ -401,23 +239,6 @@ void nccl_check(ncclResult_t r, const char* what) {
   }
 }
 
-ncclDataType_t nccl_type(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return ncclFloat32;
-    case DataType::kFloat64:
-      return ncclFloat64;
-    case DataType::kFloat16:
-      return ncclFloat16;
-    case DataType::kBFloat16:
-      return ncclBfloat16;
-    case DataType::kInt32:
-      return ncclInt32;
-    case DataType::kInt64:
-      return ncclInt64;
-  }
-  return ncclFloat32;
-}
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
@@ -477,7 +298,7 @@ class RawNccl {
   // `times` in-place allreduces back to back, then waits for the last.
   void allreduce(void* buf, size_t count, DataType t, ReduceOp op, int times) {
     for (int i = 0; i < times; ++i) {
-      nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, stream_),
+      nccl_check(ncclAllReduce(buf, buf, count, slurmddp::comm::to_nccl(t), nccl_op(op), comm_, stream_),
                  "run ncclAllReduce");
     }
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -548,8 +369,8 @@ int run_rank(const Args& a, int devices) {
     std::printf(
         "# ranks %d, iters %d, reps %d (median of reps, max over ranks), warmup %d, "
         "type %s, redop %s, timeout %ld ms\n",
-        size, a.iters, a.reps, a.warmup, name_of(type_names(), a.type).c_str(),
-        name_of(op_names(), a.op).c_str(), a.timeout_ms);
+        size, a.iters, a.reps, a.warmup, name(a.type),
+        name(a.op), a.timeout_ms);
     if (store) {
       for (int r = 0; r < size; ++r) {
         const auto v = store->get("bench/map/" + std::to_string(r), wait_limit);
@@ -617,18 +438,18 @@ int run_rank(const Args& a, int devices) {
     }
 
     // The check: closed-form data, one allreduce, count what is wrong.
-    host.resize(count * esz);
-    for (size_t i = 0; i < count; ++i) {
-      store_value(a.type, host.data() + i * esz, input(a.type, rank, size, i));
-    }
+    host = slurmddp::gpu_testing::encode(a.type, count,
+                                         [&](size_t i) { return input(a.type, rank, size, i); });
     cuda_check(cudaMemcpy(buf, host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
     comm->allreduce(buf, count, a.type, a.op)->wait(wait_limit);
     cuda_check(cudaMemcpy(host.data(), buf, host.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
     double wrong = 0;
     for (size_t i = 0; i < count; ++i) {
-      const double want = expected(a.type, a.op, size, i);
-      const double got = load_value(a.type, host.data() + i * esz);
-      if (!(std::fabs(got - want) <= tolerance(a.type, a.op, want))) wrong += 1;
+      const double want = slurmddp::gpu_testing::expected_reduction(a.type, a.op, size, i);
+      const double got = slurmddp::gpu_testing::decode(a.type, host.data() + i * esz);
+      if (!(std::fabs(got - want) <= slurmddp::gpu_testing::tolerance(a.type, a.op, want))) {
+        wrong += 1;
+      }
     }
     // Over ranks: the slowest median and the total of wrong values.
     const double mine[3] = {median, wrong, raw_median};
@@ -644,7 +465,7 @@ int run_rank(const Args& a, int devices) {
     ++rows;
     if (rank == 0) {
       std::printf("  %12zu %12zu %9s %7s %12.2f %12.2f %12.2f %8lld", count * esz, count,
-                  name_of(type_names(), a.type).c_str(), name_of(op_names(), a.op).c_str(), all[0],
+                  name(a.type), name(a.op), all[0],
                   algbw, algbw * bus_factor, static_cast<long long>(all[1]));
       if (a.raw) {
         const double raw_algbw = static_cast<double>(count * esz) / (all[2] * 1e-6) / 1e9;
