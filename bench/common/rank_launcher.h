@@ -20,9 +20,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,41 @@
 extern char** environ;
 
 namespace slurmddp::bench {
+
+// The launcher's own options, which every GPU benchmark accepts (derive the
+// benchmark's options from it) and does not forward to its ranks.
+struct RankOptions {
+  int ranks = 1;
+  int rank = -1;  // >= 0: a rank process started by launch_ranks
+  uint16_t port = 0;
+  // Every option the benchmark forwards to its ranks, as "--key", "value".
+  std::vector<std::string> forwarded;
+
+  // Takes --ranks, --rank or --port; false for any other option.
+  bool take(const std::string& key, const std::string& value) {
+    if (key == "--ranks") {
+      ranks = std::atoi(value.c_str());
+    } else if (key == "--rank") {
+      rank = std::atoi(value.c_str());
+    } else if (key == "--port") {
+      port = static_cast<uint16_t>(std::atoi(value.c_str()));
+    } else {
+      return false;
+    }
+    return true;
+  }
+  // This rank's number (0 when the program runs alone).
+  int my_rank() const { return rank < 0 ? 0 : rank; }
+  // This rank's client of the store launch_ranks hosts; null for one rank.
+  std::shared_ptr<Store> connect(std::chrono::milliseconds timeout) const {
+    if (ranks <= 1) return nullptr;
+    TcpStoreOptions so;
+    so.host = "127.0.0.1";
+    so.port = port;
+    so.timeout = timeout;
+    return make_tcp_store(so);
+  }
+};
 
 inline std::string self_path() {
   char buf[4096] = {};
@@ -120,15 +158,14 @@ inline int launch_ranks(const char* name, int ranks, int devices,
 // (ranks > 1 and no --rank given) or runs this rank, and turns an exception
 // into a message naming the rank and exit status 1.
 template <typename RunRank>
-int gpu_bench_main(const char* name, int ranks, int rank, const std::vector<std::string>& forwarded,
-                   RunRank run_rank) {
+int gpu_bench_main(const char* name, const RankOptions& o, RunRank run_rank) {
   int devices = 0;
   if (const int status = gpu_testing::gpu_gate(name, &devices); status != 0) return status;
   try {
-    if (ranks > 1 && rank < 0) return launch_ranks(name, ranks, devices, forwarded);
+    if (o.ranks > 1 && o.rank < 0) return launch_ranks(name, o.ranks, devices, o.forwarded);
     return run_rank(devices);
   } catch (const std::exception& ex) {
-    std::fprintf(stderr, "%s: rank %d: %s\n", name, std::max(rank, 0), ex.what());
+    std::fprintf(stderr, "%s: rank %d: %s\n", name, o.my_rank(), ex.what());
     return 1;
   }
 }

@@ -50,16 +50,12 @@ using Clock = std::chrono::steady_clock;
 using slurmddp::DataType;
 using slurmddp::ReduceOp;
 
-struct Args {
-  int ranks = 1;
-  int rank = -1;
-  uint16_t port = 0;
+struct Args : slurmddp::bench::RankOptions {
   std::string model = "resnet50";
   int reps = 10;
   int warmup = 2;
   double backward_ms = 0;  // 0: the flat allreduce's median (communication fully hideable)
   long timeout_ms = 120000;
-  std::vector<std::string> forwarded;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -77,17 +73,8 @@ Args parse(int argc, char** argv) {
     const std::string k = argv[i];
     if (i + 1 >= argc) usage("missing value after " + k);
     const std::string v = argv[++i];
-    bool forward = true;
-    if (k == "--ranks") {
-      a.ranks = std::atoi(v.c_str());
-      forward = false;
-    } else if (k == "--rank") {
-      a.rank = std::atoi(v.c_str());
-      forward = false;
-    } else if (k == "--port") {
-      a.port = static_cast<uint16_t>(std::atoi(v.c_str()));
-      forward = false;
-    } else if (k == "--model") {
+    if (a.take(k, v)) continue;  // the launcher's, not forwarded
+    if (k == "--model") {
       a.model = v;
     } else if (k == "-r") {
       a.reps = std::atoi(v.c_str());
@@ -100,10 +87,8 @@ Args parse(int argc, char** argv) {
     } else {
       usage("unknown option " + k);
     }
-    if (forward) {
-      a.forwarded.push_back(k);
-      a.forwarded.push_back(v);
-    }
+    a.forwarded.push_back(k);
+    a.forwarded.push_back(v);
   }
   if (a.ranks < 1 || a.reps < 1 || a.warmup < 0 || a.backward_ms < 0 || a.timeout_ms <= 0 ||
       (a.model != "resnet50" && a.model != "bert")) {
@@ -135,15 +120,9 @@ Stat stat_of(std::vector<double> v) {
 
 class Rank {
  public:
-  Rank(const Args& a, int devices) : a_(a), rank_(std::max(a.rank, 0)) {
-    std::shared_ptr<slurmddp::Store> store;
-    if (a.ranks > 1) {
-      slurmddp::TcpStoreOptions so;
-      so.host = "127.0.0.1";
-      so.port = a.port;
-      so.timeout = std::chrono::milliseconds(a.timeout_ms);
-      store = slurmddp::make_tcp_store(so);
-    }
+  Rank(const Args& a, int devices) : a_(a), rank_(a.my_rank()) {
+    const std::shared_ptr<slurmddp::Store> store =
+        a.connect(std::chrono::milliseconds(a.timeout_ms));
     device_ = rank_ % devices;
     check(cudaSetDevice(device_), "select the device");
     slurmddp::NcclOptions o;
@@ -380,6 +359,6 @@ int run_rank(const Args& a, int devices) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  return slurmddp::bench::gpu_bench_main("gpu_grad_sync_bench", a.ranks, a.rank, a.forwarded,
+  return slurmddp::bench::gpu_bench_main("gpu_grad_sync_bench", a,
                                          [&a](int devices) { return run_rank(a, devices); });
 }

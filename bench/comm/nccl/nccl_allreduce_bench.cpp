@@ -66,10 +66,7 @@ using slurmddp::gpu_testing::bytes_of;
 using slurmddp::gpu_testing::name;
 using slurmddp::gpu_testing::scale_of;
 
-struct Args {
-  int ranks = 1;
-  int rank = -1;  // >= 0: a rank process started by the parent
-  uint16_t port = 0;
+struct Args : slurmddp::bench::RankOptions {
   size_t min_bytes = 8;
   size_t max_bytes = size_t{256} << 20;
   size_t factor = 2;
@@ -80,7 +77,6 @@ struct Args {
   int reps = 5;
   long timeout_ms = 120000;
   bool raw = true;  // also time raw NCCL (ncclAllReduce on its own communicator), same run
-  std::vector<std::string> forwarded;  // the options above, for the rank processes
 };
 
 // The value of `all` whose name() is `text`.
@@ -137,17 +133,8 @@ Args parse(int argc, char** argv) {
     const std::string k = argv[i];
     if (i + 1 >= argc) usage(("missing value after " + k).c_str());
     const std::string v = argv[++i];
-    bool forward = true;
-    if (k == "--ranks") {
-      a.ranks = std::atoi(v.c_str());
-      forward = false;
-    } else if (k == "--rank") {
-      a.rank = std::atoi(v.c_str());
-      forward = false;
-    } else if (k == "--port") {
-      a.port = static_cast<uint16_t>(std::atoi(v.c_str()));
-      forward = false;
-    } else if (k == "-b") {
+    if (a.take(k, v)) continue;  // the launcher's, not forwarded
+    if (k == "-b") {
       a.min_bytes = parse_size(v);
     } else if (k == "-e") {
       a.max_bytes = parse_size(v);
@@ -174,10 +161,8 @@ Args parse(int argc, char** argv) {
     } else {
       usage(("unknown option " + k).c_str());
     }
-    if (forward) {
-      a.forwarded.push_back(k);
-      a.forwarded.push_back(v);
-    }
+    a.forwarded.push_back(k);
+    a.forwarded.push_back(v);
   }
   if (a.ranks < 1 || a.iters < 1 || a.reps < 1 || a.warmup < 0 || a.factor < 2 ||
       a.min_bytes > a.max_bytes || a.timeout_ms <= 0) {
@@ -239,7 +224,6 @@ void nccl_check(ncclResult_t r, const char* what) {
   }
 }
 
-
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
@@ -298,8 +282,9 @@ class RawNccl {
   // `times` in-place allreduces back to back, then waits for the last.
   void allreduce(void* buf, size_t count, DataType t, ReduceOp op, int times) {
     for (int i = 0; i < times; ++i) {
-      nccl_check(ncclAllReduce(buf, buf, count, slurmddp::comm::to_nccl(t), nccl_op(op), comm_, stream_),
-                 "run ncclAllReduce");
+      nccl_check(
+          ncclAllReduce(buf, buf, count, slurmddp::comm::to_nccl(t), nccl_op(op), comm_, stream_),
+          "run ncclAllReduce");
     }
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
@@ -313,15 +298,8 @@ class RawNccl {
 
 int run_rank(const Args& a, int devices) {
   const int size = a.ranks;
-  const int rank = a.rank < 0 ? 0 : a.rank;
-  std::shared_ptr<slurmddp::Store> store;
-  if (size > 1) {
-    slurmddp::TcpStoreOptions so;
-    so.host = "127.0.0.1";
-    so.port = a.port;
-    so.timeout = std::chrono::milliseconds(a.timeout_ms);
-    store = slurmddp::make_tcp_store(so);
-  }
+  const int rank = a.my_rank();
+  const std::shared_ptr<slurmddp::Store> store = a.connect(std::chrono::milliseconds(a.timeout_ms));
   slurmddp::NcclOptions o;
   o.rank = rank;
   o.size = size;
@@ -369,8 +347,7 @@ int run_rank(const Args& a, int devices) {
     std::printf(
         "# ranks %d, iters %d, reps %d (median of reps, max over ranks), warmup %d, "
         "type %s, redop %s, timeout %ld ms\n",
-        size, a.iters, a.reps, a.warmup, name(a.type),
-        name(a.op), a.timeout_ms);
+        size, a.iters, a.reps, a.warmup, name(a.type), name(a.op), a.timeout_ms);
     if (store) {
       for (int r = 0; r < size; ++r) {
         const auto v = store->get("bench/map/" + std::to_string(r), wait_limit);
@@ -465,8 +442,8 @@ int run_rank(const Args& a, int devices) {
     ++rows;
     if (rank == 0) {
       std::printf("  %12zu %12zu %9s %7s %12.2f %12.2f %12.2f %8lld", count * esz, count,
-                  name(a.type), name(a.op), all[0],
-                  algbw, algbw * bus_factor, static_cast<long long>(all[1]));
+                  name(a.type), name(a.op), all[0], algbw, algbw * bus_factor,
+                  static_cast<long long>(all[1]));
       if (a.raw) {
         const double raw_algbw = static_cast<double>(count * esz) / (all[2] * 1e-6) / 1e9;
         // busbw ratio = time ratio (same bytes, same factor); 1 rank: algbw ratio
@@ -505,6 +482,6 @@ int run_rank(const Args& a, int devices) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  return slurmddp::bench::gpu_bench_main("nccl_allreduce_bench", a.ranks, a.rank, a.forwarded,
+  return slurmddp::bench::gpu_bench_main("nccl_allreduce_bench", a,
                                          [&a](int devices) { return run_rank(a, devices); });
 }
