@@ -143,20 +143,22 @@ std::string why_system_tests_cannot_run() {
   return "";
 }
 
+int cannot_run(const char* program, const std::string& why) {
+  if (system_tests_required()) {
+    std::fprintf(stderr,
+                 "FAILED: system tests are required here (CI=true or "
+                 "SLURMDDP_SYSTEM_TESTS=required) but cannot run: %s\n",
+                 why.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "SKIPPING ALL SYSTEM TESTS OF %s: %s\n", program, why.c_str());
+  return 77;
+}
+
 int system_test_main(int argc, char** argv, bool with_cluster) {
   ::testing::InitGoogleTest(&argc, argv);
-  std::string why = why_system_tests_cannot_run();
-  if (!why.empty()) {
-    if (system_tests_required()) {
-      std::fprintf(stderr,
-                   "FAILED: system tests are required here (CI=true or "
-                   "SLURMDDP_SYSTEM_TESTS=required) but cannot run: %s\n",
-                   why.c_str());
-      return 1;
-    }
-    std::fprintf(stderr, "SKIPPING ALL SYSTEM TESTS OF %s: %s\n", argv[0], why.c_str());
-    return 77;
-  }
+  const std::string why = why_system_tests_cannot_run();
+  if (!why.empty()) return cannot_run(argv[0], why);
   if (with_cluster) ::testing::AddGlobalTestEnvironment(new ClusterEnvironment);
   return RUN_ALL_TESTS();
 }

@@ -42,6 +42,11 @@ bool system_tests_required();
 // when they can.
 std::string why_system_tests_cannot_run();
 
+// The exit status of a system test program that cannot run for `why`: 77
+// (meson's SKIP) with the reason in capitals, or 1 with the reason where
+// system tests are required.
+int cannot_run(const char* program, const std::string& why);
+
 // The main() of every system test program. When the tests cannot run it prints
 // the reason in capitals and exits 77 (meson counts a SKIP), or, where they are
 // required, fails with the reason. Otherwise it runs the tests, with the test

@@ -117,13 +117,8 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   using slurmddp::systest::run;
   if (run("command -v scontrol", std::chrono::seconds(10), "/").rc != 0) {
-    const char* why = "scontrol is not installed (slurm-client); run scripts/install-deps";
-    if (slurmddp::systest::system_tests_required()) {
-      std::fprintf(stderr, "FAILED: system tests are required here but cannot run: %s\n", why);
-      return 1;
-    }
-    std::fprintf(stderr, "SKIPPING %s: %s\n", argv[0], why);
-    return 77;
+    return slurmddp::systest::cannot_run(
+        argv[0], "scontrol is not installed (slurm-client); run scripts/install-deps");
   }
   return RUN_ALL_TESTS();
 }
