@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "../common/rank_launcher.h"
+#include "../common/stats.h"
 #include "gpu_kernels.h"
 #include "models.h"
 #include "slurmddp/error.h"
@@ -49,6 +50,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using slurmddp::DataType;
 using slurmddp::ReduceOp;
+using slurmddp::bench::spread_of;
+using Stat = slurmddp::bench::Spread;
 
 struct Args : slurmddp::bench::RankOptions {
   std::string model = "resnet50";
@@ -102,20 +105,6 @@ void check(cudaError_t e, const char* what) {
     throw slurmddp::CudaError(std::string("gpu_grad_sync_bench: failed to ") + what + ": " +
                               cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
   }
-}
-
-struct Stat {
-  double median = 0, min = 0, max = 0;
-};
-
-Stat stat_of(std::vector<double> v) {
-  Stat s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.min = v.front();
-  s.max = v.back();
-  s.median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-  return s;
 }
 
 class Rank {
@@ -297,7 +286,7 @@ int run_rank(const Args& a, int devices) {
   if (backward_ms == 0) {
     std::vector<double> f;
     for (int i = 0; i < 3; ++i) f.push_back(r.flat());
-    backward_ms = stat_of(f).median;
+    backward_ms = spread_of(f).median;
   }
   for (int i = 0; i < a.reps; ++i) {
     t["flat"].push_back(r.flat());
@@ -327,15 +316,15 @@ int run_rank(const Args& a, int devices) {
     }
     std::printf("# %-22s %12s %12s %12s %12s %9s\n", "experiment", "median(ms)", "min(ms)",
                 "max(ms)", "busbw(GB/s)", "vs_flat");
-    const Stat flat = stat_of(t["flat"]);
+    const Stat flat = spread_of(t["flat"]);
     const double bus = a.ranks > 1 ? 2.0 * (a.ranks - 1) / a.ranks : 0.0;
     auto row = [&](const char* name, const Stat& s, bool comm_only) {
       const double busbw = comm_only ? r.total() * 4.0 / (s.median * 1e-3) / 1e9 * bus : 0.0;
       std::printf("  %-22s %12.3f %12.3f %12.3f %12.2f %9.3f\n", name, s.median, s.min, s.max,
                   busbw, s.median / flat.median);
     };
-    const Stat views = stat_of(t["views"]), copies = stat_of(t["copies"]);
-    const Stat bwd = stat_of(t["backward"]), both = stat_of(t["backward+sync"]);
+    const Stat views = spread_of(t["views"]), copies = spread_of(t["copies"]);
+    const Stat bwd = spread_of(t["backward"]), both = spread_of(t["backward+sync"]);
     row("flat allreduce", flat, true);
     row("sync (views)", views, true);
     row("sync (copies)", copies, true);

@@ -70,6 +70,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/stats.h"
 #include "child.h"
 #include "models.h"
 #include "slurmddp/error.h"
@@ -435,12 +436,6 @@ struct Stat {
   double cpu = 0;  // median CPU time
 };
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 Stat stat_of(const std::vector<Sample>& samples) {
   Stat s;

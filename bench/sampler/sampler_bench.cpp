@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/stats.h"
 #include "slurmddp/sampler.h"
 
 #ifndef SAMPLER_BENCH_TORCH_SCRIPT
@@ -41,6 +42,8 @@
 #endif
 
 namespace {
+
+using slurmddp::bench::median_of;
 
 // torch needs about 49 bytes per sample for randperm, the list and its copies
 // (measured: 4.6 GiB at 10^8); skip sizes that would not fit.
@@ -192,11 +195,6 @@ Result run_child(const std::vector<std::string>& argv) {
   return parse_child_line(text);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int64_t parse_count(const std::string& s) {
   // Accepts 1000000, 1e6 or 10^6.
@@ -395,7 +393,7 @@ int main(int argc, char** argv) {
       for (const Result& r : torch_row->results) {
         w.push_back(r.wall_s);
       }
-      torch_wall = median(w);
+      torch_wall = median_of(w);
     }
     for (const Row& row : rows) {
       std::vector<double> wall, cpu, peak, added;
@@ -405,7 +403,7 @@ int main(int argc, char** argv) {
         peak.push_back(r.peak_kib / 1024.0);
         added.push_back((r.peak_kib - r.base_kib) / 1024.0);
       }
-      const double wall_med = median(wall);
+      const double wall_med = median_of(wall);
       std::string wrong = "-";
       if (row.impl == "parity" && torch_row != nullptr) {
         int bad = 0;
@@ -434,13 +432,13 @@ int main(int argc, char** argv) {
                   " %4zu %9.4f %9.4f %9.4f %9.4f %9.2f %9.1f %9.1f %8s %6s\n",
                   row.impl.c_str(), n, cfg.replicas, cfg.rank, count, row.results.size(), wall_med,
                   *std::min_element(wall.begin(), wall.end()),
-                  *std::max_element(wall.begin(), wall.end()), median(cpu),
-                  static_cast<double>(count) / wall_med / 1e6, median(peak), median(added), x_torch,
+                  *std::max_element(wall.begin(), wall.end()), median_of(cpu),
+                  static_cast<double>(count) / wall_med / 1e6, median_of(peak), median_of(added), x_torch,
                   wrong.c_str());
       std::fflush(stdout);
       medians[row.impl][n] = wall_med;
       if (row.impl == "scalable") {
-        peaks_scalable[n] = median(peak);
+        peaks_scalable[n] = median_of(peak);
       }
     }
   }

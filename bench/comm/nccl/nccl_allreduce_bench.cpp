@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "../../common/rank_launcher.h"
+#include "../../common/stats.h"
 #include "comm/nccl_util.h"
 #include "gpu_values.h"
 #include "slurmddp/error.h"
@@ -62,6 +63,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using slurmddp::DataType;
 using slurmddp::ReduceOp;
+using slurmddp::bench::median_of;
 using slurmddp::gpu_testing::bytes_of;
 using slurmddp::gpu_testing::name;
 using slurmddp::gpu_testing::scale_of;
@@ -207,13 +209,6 @@ std::string host_name() {
 
 bool devices_shared(int ranks, int devices) {
   return devices < ranks;
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  double m = v[v.size() / 2];
-  if (v.size() % 2 == 0) m = (m + v[v.size() / 2 - 1]) / 2;
-  return m;
 }
 
 void nccl_check(ncclResult_t r, const char* what) {
