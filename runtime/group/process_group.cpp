@@ -133,6 +133,14 @@ std::string nccl_context(const ProcessIdentity& id) {
          " (use SLURMDDP_BACKEND=gloo or auto to train on the CPU)";
 }
 
+// A failure of the NCCL communicator again, as its own type, with init()'s
+// prefix and context.
+template <typename E>
+[[noreturn]] void rethrow_with_context(const E& e, const ProcessIdentity& id) {
+  throw E("init: failed to create the NCCL communicator: " + std::string(e.what()) +
+          nccl_context(id));
+}
+
 Backend choose_backend(const InitOptions& options, const ProcessIdentity& id) {
   Backend b = options.backend;
   if (b == Backend::kAuto) {
@@ -173,21 +181,20 @@ std::unique_ptr<Communicator> make_communicator(Backend backend, const ProcessId
     o.store = store;
     o.prefix = "slurmddp/init/nccl";
     o.timeout = timeout;
-    const std::string prefix = "init: failed to create the NCCL communicator: ";
     try {
       return make_nccl_communicator(o);
     } catch (const CudaError& e) {
-      throw CudaError(prefix + e.what() + nccl_context(id));
+      rethrow_with_context(e, id);
     } catch (const InvalidArgument& e) {
-      throw InvalidArgument(prefix + e.what() + nccl_context(id));
+      rethrow_with_context(e, id);
     } catch (const TimeoutError& e) {
-      throw TimeoutError(prefix + e.what() + nccl_context(id));
+      rethrow_with_context(e, id);
     } catch (const PeerError& e) {
-      throw PeerError(prefix + e.what() + nccl_context(id));
+      rethrow_with_context(e, id);
     } catch (const NcclError& e) {
-      throw NcclError(prefix + e.what() + nccl_context(id));
+      rethrow_with_context(e, id);
     } catch (const Error& e) {
-      throw Error(prefix + e.what() + nccl_context(id));
+      rethrow_with_context(e, id);
     }
   }
 #if SLURMDDP_HAVE_GLOO
