@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/cuda_device_guard.h"
-#include "device_presence.h"
+#include "gpu_test_main.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/process_group.h"
 
@@ -96,11 +96,6 @@ TEST(InitNccl, OneRankGetsTheNcclCommunicatorOnItsLocalDevice) {
 }  // namespace slurmddp::gpu_testing
 
 int main(int argc, char** argv) {
-  int count = 0;
-  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_init_nccl", &count); status != 0) {
-    return status;
-  }
-  slurmddp::gpu_testing::g_device_count = count;
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return slurmddp::gpu_testing::run_gpu_tests("gpu_init_nccl", argc, argv,
+                                              &slurmddp::gpu_testing::g_device_count);
 }

@@ -28,7 +28,7 @@
 
 #include "collective_checks.h"
 #include "comm/nccl_scale.h"
-#include "device_presence.h"
+#include "gpu_test_main.h"
 #include "gpu_values.h"
 #include "probe_verdict.h"
 #include "processes.h"
@@ -854,11 +854,6 @@ int main(int argc, char** argv) {
     std::printf("%d\n", c.count);
     return 0;
   }
-  int count = 0;
-  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_nccl", &count); status != 0) {
-    return status;
-  }
-  slurmddp::gpu_testing::g_device_count = count;
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return slurmddp::gpu_testing::run_gpu_tests("gpu_nccl", argc, argv,
+                                              &slurmddp::gpu_testing::g_device_count);
 }

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "device_presence.h"
+#include "gpu_test_main.h"
 #include "gpu_values.h"
 #include "processes.h"
 #include "slurmddp/error.h"
@@ -265,12 +265,6 @@ int main(int argc, char** argv) {
     return slurmddp::gpu_testing::rank_main(std::atoi(argv[2]), std::atoi(argv[3]),
                                             static_cast<uint16_t>(std::atoi(argv[4])));
   }
-  int count = 0;
-  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_nccl_grad_sync", &count);
-      status != 0) {
-    return status;
-  }
-  slurmddp::gpu_testing::g_device_count = count;
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return slurmddp::gpu_testing::run_gpu_tests("gpu_nccl_grad_sync", argc, argv,
+                                              &slurmddp::gpu_testing::g_device_count);
 }

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/cuda_device_guard.h"
-#include "device_presence.h"
+#include "gpu_test_main.h"
 #include "processes.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
@@ -222,11 +222,6 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--fresh-process") == 0) {
     return slurmddp::gpu_testing::fresh_process_main();
   }
-  int count = 0;
-  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_own_gpu", &count); status != 0) {
-    return status;
-  }
-  slurmddp::gpu_testing::g_device_count = count;
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return slurmddp::gpu_testing::run_gpu_tests("gpu_own_gpu", argc, argv,
+                                              &slurmddp::gpu_testing::g_device_count);
 }

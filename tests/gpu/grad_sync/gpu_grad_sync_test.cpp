@@ -13,8 +13,8 @@
 #include <random>
 #include <thread>
 
-#include "device_presence.h"
 #include "fake_group.h"
+#include "gpu_test_main.h"
 #include "grad_sync/bucket_plan.h"
 #include "grad_sync/cast.h"
 #include "grad_sync/device.h"
@@ -443,9 +443,5 @@ TEST(GpuEngineChecks, HostPointersAreRefusedOnEveryRank) {
 
 int main(int argc, char** argv) {
   int devices = 0;
-  if (const int status = slurmddp::gpu_testing::gpu_gate("gpu_grad_sync", &devices); status != 0) {
-    return status;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return slurmddp::gpu_testing::run_gpu_tests("gpu_grad_sync", argc, argv, &devices);
 }
