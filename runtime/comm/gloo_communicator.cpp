@@ -486,6 +486,24 @@ void GlooCommunicator::publish_endpoints() {
     per_peer[static_cast<size_t>(j)] = {sync_ctx_->getPair(j)->address().str(),
                                         async_ctx_->getPair(j)->address().str()};
   }
+  // The listening addresses the meshes exchanged name the same connections
+  // (Note [Failure notes], step 1).
+  for (const char* name : {"sync", "async"}) {
+    try {
+      const Bytes record =
+          store_->get(prefix_ + "/" + name + "/" + std::to_string(rank_), timeout_);
+      const auto exchanged =
+          comm::exchanged_endpoints(std::vector<char>(record.begin(), record.end()), rank_, size_);
+      for (int j = 0; j < size_; ++j) {
+        for (const auto& e : exchanged[static_cast<size_t>(j)]) {
+          per_peer[static_cast<size_t>(j)].push_back(e);
+        }
+      }
+    } catch (const std::exception& e) {
+      SLURMDDP_LOG_DEBUG(kComponent,
+                         "reading the " << name << " mesh's address record: " << e.what());
+    }
+  }
   store_->set(comm::endpoints_key(prefix_, rank_), text_bytes(comm::encode_endpoints(per_peer)));
 }
 

@@ -7,7 +7,12 @@
 // ranks compare notes through the store:
 //   1. At setup every rank publishes its connections' local endpoints
 //      ("<prefix>/endpoints/<rank>"), so an endpoint seen in an error maps
-//      back to a rank (Gloo keeps the peer's address to itself).
+//      back to a rank (Gloo keeps the peer's address to itself). Each
+//      connection is listed under two names: its socket's local address, and
+//      the listening address the mesh exchanged for it. Gloo names a peer by
+//      either: its accept path resets the peer's address from the socket, but
+//      when the peer connects before this side's connect() runs, connect()
+//      then overwrites it with the exchanged (by now closed) listening address.
 //   2. On a failure a rank writes "<prefix>/failed/<rank>" (what it saw, and
 //      the peer when known), THEN closes all its connections, so every peer
 //      still blocked fails at once instead of waiting for its own timeout.
@@ -69,6 +74,14 @@ std::string failure_key(const std::string& prefix, int rank);
 std::string encode_endpoints(const std::vector<std::vector<std::string>>& per_peer);
 // The endpoints listed for `peer` in a rank's published text.
 std::vector<std::string> decode_endpoints(const std::string& text, int peer);
+
+// The listening addresses (as Gloo prints them) that rank `rank` of `size`
+// handed to Gloo's full-mesh exchange, per peer (index = peer rank; empty for
+// `rank` itself). `record` is what the mesh stored under "<rank>": one TCP
+// address per peer, in rank order. Empty when the record has another shape
+// (another Gloo version): best effort, like the rest of the diagnosis.
+std::vector<std::vector<std::string>> exchanged_endpoints(const std::vector<char>& record,
+                                                          int rank, int size);
 
 // Step 1 of the note protocol: the peer rank behind the observation's endpoint
 // (reads the other ranks' endpoint keys; best effort, never throws).
