@@ -26,8 +26,10 @@
 #include "comm/gloo_failure.h"
 #include "comm/gloo_store.h"
 #include "comm/gloo_work.h"
+#include "comm/over_membership.h"
 #include "comm/reduce.h"
 #include "common/log.h"
+#include "membership/membership.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 
@@ -82,26 +84,7 @@ std::string first_of_list(const char* value) {
   return comma == std::string::npos ? s : s.substr(0, comma);
 }
 
-std::string bytes_text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 Bytes text_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
-  os << ']';
-  return os.str();
-}
-
-// Field "key=value" of a join record ("size=4\nhost=h\npid=12").
-std::string field(const std::string& record, const std::string& key) {
-  std::istringstream is(record);
-  std::string line;
-  while (std::getline(is, line)) {
-    if (line.compare(0, key.size() + 1, key + "=") == 0) return line.substr(key.size() + 1);
-  }
-  return "";
-}
 
 struct Bind {
   std::string ifname;
@@ -188,7 +171,7 @@ size_t effective_small_max(size_t requested, int size, size_t group_wmem_max) {
 
 class GlooCommunicator final : public Communicator {
  public:
-  explicit GlooCommunicator(const GlooOptions& options);
+  GlooCommunicator(const GlooOptions& options, std::shared_ptr<membership::Membership> group);
   ~GlooCommunicator() override;
 
   GlooCommunicator(const GlooCommunicator&) = delete;
@@ -215,8 +198,7 @@ class GlooCommunicator final : public Communicator {
   };
 
   // Setup (constructor).
-  void join();
-  std::vector<int> missing_joins() const;
+  void join(std::shared_ptr<membership::Membership> group);
   std::shared_ptr<gloo::rendezvous::Context> connect_mesh(const char* name);
   void publish_endpoints();
 
@@ -250,6 +232,7 @@ class GlooCommunicator final : public Communicator {
   const std::string prefix_;
   size_t small_max_;  // the threshold in force, set by join()
   const std::shared_ptr<Store> store_;
+  std::shared_ptr<membership::Membership> group_;  // set by join()
   Bind bind_;
 
   std::shared_ptr<gloo::transport::Device> device_;
@@ -272,7 +255,8 @@ class GlooCommunicator final : public Communicator {
   std::thread worker_;
 };
 
-GlooCommunicator::GlooCommunicator(const GlooOptions& o)
+GlooCommunicator::GlooCommunicator(const GlooOptions& o,
+                                   std::shared_ptr<membership::Membership> group)
     : rank_(o.rank),
       size_(o.size),
       timeout_(o.timeout),
@@ -296,21 +280,6 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o)
   if (o.prefix.empty()) {
     throw InvalidArgument("gloo: failed to create a communicator: prefix is empty; " + keys);
   }
-  // A Work::wait timeout is diagnosed like a failure seen by the worker: this
-  // rank writes its note, then names the ranks without one (Note [Failure notes]).
-  state_->set_timeout_diagnoser(
-      [ctx = diagnosis_context()](const std::string& what, const std::exception_ptr& plain) {
-        comm::Observation own;
-        own.kind = comm::Observation::Kind::kAborted;
-        try {
-          std::rethrow_exception(plain);
-        } catch (const std::exception& e) {
-          own.detail = e.what();
-        }
-        if (ctx.size <= 1) return plain;
-        comm::write_note(ctx, own, what);
-        return comm::conclude(ctx, own, what);
-      });
   ScopedSigpipeBlock no_sigpipe;  // Note [SIGPIPE]
   if (size_ > 1) {
     if (!store_) {
@@ -331,7 +300,7 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o)
                             comm::strip_gloo_location(e.what()) + "; " + bind_.source + ", " +
                             keys);
     }
-    join();
+    join(std::move(group));
     sync_ctx_ = connect_mesh("sync");
     if (small_max_ > 0) {
       try {
@@ -346,11 +315,42 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o)
     }
     async_ctx_ = connect_mesh("async");
     publish_endpoints();
+    // The mesh records of this rank's previous group on the prefix are spent
+    // (Note [Rendezvous generations]).
+    for (const std::string name : {"sync/", "sync/rank_", "async/", "async/rank_"}) {
+      const std::string old = group_->previous_key(name + std::to_string(rank_));
+      try {
+        if (!old.empty()) store_->erase(old);
+      } catch (const std::exception& e) {
+        SLURMDDP_LOG_DEBUG(kComponent, "erasing " << old << ": " << e.what());
+      }
+    }
     SLURMDDP_LOG_DEBUG(kComponent, "communicator '" << prefix_ << "' ready: rank=" << rank_
                                    << ", size=" << size_ << ", " << bind_.source
                                    << ", device=" << device_->str()
                                    << ", timeout_ms=" << timeout_.count());
   }
+  if (!group_) {
+    // One rank: nobody to meet, nothing in the store.
+    membership::JoinOptions j;
+    j.prefix = prefix_;
+    group_ = membership::Membership::join(std::move(j));
+  }
+  // A Work::wait timeout is diagnosed like a failure seen by the worker: this
+  // rank writes its note, then names the ranks without one (Note [Failure notes]).
+  state_->set_timeout_diagnoser(
+      [ctx = diagnosis_context()](const std::string& what, const std::exception_ptr& plain) {
+        comm::Observation own;
+        own.kind = comm::Observation::Kind::kAborted;
+        try {
+          std::rethrow_exception(plain);
+        } catch (const std::exception& e) {
+          own.detail = e.what();
+        }
+        if (ctx.size <= 1) return plain;
+        membership::write_note(ctx, own, what);
+        return membership::conclude(ctx, own, what);
+      });
   worker_ = std::thread([this] { worker_main(); });
 }
 
@@ -366,106 +366,33 @@ GlooCommunicator::~GlooCommunicator() {
 
 // ---- setup -------------------------------------------------------------------
 
-std::vector<int> GlooCommunicator::missing_joins() const {
-  std::vector<int> missing;
-  for (int j = 0; j < size_; ++j) {
-    try {
-      if (!store_->check({prefix_ + "/join/" + std::to_string(j)})) missing.push_back(j);
-    } catch (const std::exception&) {
-      missing.push_back(j);
-    }
-  }
-  return missing;
-}
-
-void GlooCommunicator::join() {
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  auto remaining = [&] {
-    return std::max(std::chrono::milliseconds(0),
-                    std::chrono::duration_cast<std::chrono::milliseconds>(
-                        deadline - std::chrono::steady_clock::now()));
-  };
-  const std::string keys = "rank=" + std::to_string(rank_) + ", size=" + std::to_string(size_) +
-                           ", timeout_ms=" + std::to_string(timeout_.count());
-  const std::string head = "gloo: failed to connect process group '" + prefix_ + "': ";
-  auto join_key = [&](int r) { return prefix_ + "/join/" + std::to_string(r); };
-  auto not_joined = [&]() {
-    const auto missing = missing_joins();
-    return TimeoutError(head + std::to_string(size_ - static_cast<int>(missing.size())) + "/" +
-                        std::to_string(size_) + " ranks joined; missing: " +
-                        rank_list(missing) + "; " + keys);
-  };
-  auto size_mismatch = [&](int other, const std::string& other_size) {
-    return InvalidArgument(head + "world size mismatch: rank " + std::to_string(rank_) +
-                           " has size=" + std::to_string(size_) + ", rank " +
-                           std::to_string(other) + " has size=" + other_size + "; " + keys);
-  };
-
-  store_->set(join_key(rank_), text_bytes("size=" + std::to_string(size_) + "\nhost=" +
-                                          host_name() + "\npid=" + std::to_string(getpid()) +
-                                          "\nwmem_max=" + std::to_string(local_wmem_max())));
-  // Every rank compares its world size with rank 0's ...
-  if (rank_ != 0) {
-    std::string record;
-    try {
-      record = bytes_text(store_->get(join_key(0), remaining()));
-    } catch (const TimeoutError&) {
-      throw not_joined();
-    }
-    const std::string size0 = field(record, "size");
-    if (size0 != std::to_string(size_)) throw size_mismatch(0, size0);
-  }
-  std::vector<std::string> all;
-  for (int j = 0; j < size_; ++j) all.push_back(join_key(j));
-  try {
-    store_->wait(all, remaining());
-  } catch (const TimeoutError&) {
-    throw not_joined();
-  }
-  // ... and rank 0 checks everybody's and tells the group, so that no rank
-  // goes on to wait for a connection that will never come.
-  const std::string verdict_key = prefix_ + "/verdict";
-  // The verdict also carries the group's smallest wmem_max, so that every
-  // rank computes the same blocking-socket threshold.
-  std::string verdict;
-  if (rank_ == 0) {
-    std::string problem;
-    size_t wmem = local_wmem_max();
-    for (int j = 1; j < size_ && problem.empty(); ++j) {
-      const std::string record = bytes_text(store_->get(join_key(j), remaining()));
-      const std::string sj = field(record, "size");
-      if (sj != std::to_string(size_)) {
-        problem = "world size mismatch: rank " + std::to_string(j) + " has size=" + sj +
-                  ", rank 0 has size=" + std::to_string(size_);
-      }
-      try {
-        wmem = std::min<size_t>(wmem, std::stoull(field(record, "wmem_max")));
-      } catch (const std::exception&) {
-        wmem = std::min(wmem, kDefaultWmemMax);
-      }
-    }
-    verdict = problem.empty() ? "ok\nwmem_max=" + std::to_string(wmem) : problem;
-    store_->set(verdict_key, text_bytes(verdict));
+void GlooCommunicator::join(std::shared_ptr<membership::Membership> group) {
+  if (group) {
+    group_ = std::move(group);
   } else {
-    try {
-      verdict = bytes_text(store_->get(verdict_key, remaining()));
-    } catch (const TimeoutError&) {
-      throw not_joined();
-    }
+    membership::JoinOptions j;
+    j.store = store_;
+    j.prefix = prefix_;
+    j.rank = rank_;
+    j.size = size_;
+    j.deadline = std::chrono::steady_clock::now() + timeout_;
+    j.head = "gloo: failed to connect process group '" + prefix_ + "': ";
+    j.where = "rank=" + std::to_string(rank_) + ", size=" + std::to_string(size_) +
+              ", timeout_ms=" + std::to_string(timeout_.count());
+    j.fields = comm::gloo_join_fields();
+    group_ = membership::Membership::join(std::move(j), comm::kGlooAgreedFields);
   }
-  if (verdict.rfind("ok\n", 0) != 0) throw InvalidArgument(head + verdict + "; " + keys);
-  size_t group_wmem = kDefaultWmemMax;
-  try {
-    group_wmem = std::stoull(field(verdict, "wmem_max"));
-  } catch (const std::exception&) {
-  }
-  small_max_ = effective_small_max(small_max_, size_, group_wmem);
+  // Every rank computes the same blocking-socket threshold from the group's
+  // smallest wmem_max.
+  const auto wmem = group_->agreed("wmem_max");
+  small_max_ = effective_small_max(
+      small_max_, size_, wmem && *wmem > 0 ? static_cast<size_t>(*wmem) : kDefaultWmemMax);
 }
 
 std::shared_ptr<gloo::rendezvous::Context> GlooCommunicator::connect_mesh(const char* name) {
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
   ctx->setTimeout(timeout_);
-  comm::GlooStoreAdapter adapter(store_, prefix_ + "/" + name + "/", timeout_);
+  comm::GlooStoreAdapter adapter(store_, group_->key(name) + "/", timeout_);
   try {
     ctx->connectFullMesh(adapter, device_);
   } catch (const Error&) {
@@ -491,7 +418,7 @@ void GlooCommunicator::publish_endpoints() {
   for (const char* name : {"sync", "async"}) {
     try {
       const Bytes record =
-          store_->get(prefix_ + "/" + name + "/" + std::to_string(rank_), timeout_);
+          store_->get(group_->key(std::string(name) + "/" + std::to_string(rank_)), timeout_);
       const auto exchanged =
           comm::exchanged_endpoints(std::vector<char>(record.begin(), record.end()), rank_, size_);
       for (int j = 0; j < size_; ++j) {
@@ -504,7 +431,8 @@ void GlooCommunicator::publish_endpoints() {
                          "reading the " << name << " mesh's address record: " << e.what());
     }
   }
-  store_->set(comm::endpoints_key(prefix_, rank_), text_bytes(comm::encode_endpoints(per_peer)));
+  store_->set(comm::endpoints_key(group_->scope(), rank_),
+              text_bytes(comm::encode_endpoints(per_peer)));
 }
 
 // ---- issuing -----------------------------------------------------------------
@@ -662,7 +590,7 @@ void GlooCommunicator::worker_main() {
 }
 
 comm::DiagnosisContext GlooCommunicator::diagnosis_context() const {
-  return comm::DiagnosisContext{store_, prefix_, rank_, size_, timeout_, grace_};
+  return comm::DiagnosisContext{store_, group_->scope(), rank_, size_, timeout_, grace_, "gloo"};
 }
 
 std::exception_ptr GlooCommunicator::diagnose_failure(const std::string& what,
@@ -670,9 +598,9 @@ std::exception_ptr GlooCommunicator::diagnose_failure(const std::string& what,
   const auto ctx = diagnosis_context();
   comm::Observation seen = comm::classify(error);
   comm::resolve_peer(ctx, seen);
-  comm::write_note(ctx, seen, what);
+  membership::write_note(ctx, seen, what);
   close_connections();
-  auto concluded = comm::conclude(ctx, seen, what);
+  auto concluded = membership::conclude(ctx, seen, what);
   auto in_force = state_->break_with(concluded);
   try {
     std::rethrow_exception(in_force);
@@ -692,7 +620,7 @@ void GlooCommunicator::abort_on_purpose() {
   } catch (const std::exception& e) {
     o.detail = e.what();
   }
-  if (size_ > 1) comm::write_note(diagnosis_context(), o, "abort");
+  if (size_ > 1) membership::write_note(diagnosis_context(), o, "abort");
   close_connections();
 }
 
@@ -868,8 +796,17 @@ void GlooCommunicator::do_reduce_scatter(const void* send, void* recv, size_t co
 
 }  // namespace comm
 
+std::vector<std::pair<std::string, std::string>> comm::gloo_join_fields() {
+  return {{"wmem_max", std::to_string(local_wmem_max())}};
+}
+
+std::unique_ptr<Communicator> comm::make_gloo_communicator(
+    const GlooOptions& options, std::shared_ptr<membership::Membership> group) {
+  return std::make_unique<comm::GlooCommunicator>(options, std::move(group));
+}
+
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options) {
-  return std::make_unique<comm::GlooCommunicator>(options);
+  return comm::make_gloo_communicator(options, nullptr);
 }
 
 }  // namespace slurmddp

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "comm/nccl_rendezvous.h"
+#include "comm/over_membership.h"
 #include "comm/nccl_rules.h"
 #include "comm/nccl_scale.h"
 #include "comm/nccl_util.h"
@@ -66,7 +67,8 @@ milliseconds bounded(milliseconds timeout) {
 
 class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
-  NcclCommunicatorImpl(const NcclOptions& options, int device, std::string device_source);
+  NcclCommunicatorImpl(const NcclOptions& options, int device, std::string device_source,
+                       std::shared_ptr<membership::Membership> group);
   ~NcclCommunicatorImpl() override;
   NcclCommunicatorImpl(const NcclCommunicatorImpl&) = delete;
   NcclCommunicatorImpl& operator=(const NcclCommunicatorImpl&) = delete;
@@ -114,7 +116,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // Runs after a successful enqueue, on the stream, before the Work's event.
   using After = std::function<cudaError_t(cudaStream_t)>;
 
-  void initialize(const NcclOptions& options, const std::string& device_source);
+  void initialize(const NcclOptions& options, const std::string& device_source,
+                  std::shared_ptr<membership::Membership> group);
   void init_nccl(const ncclUniqueId& id, NcclRendezvous& rendezvous, Clock::time_point deadline);
   void release_cuda_objects();
 
@@ -156,7 +159,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 };
 
 NcclCommunicatorImpl::NcclCommunicatorImpl(const NcclOptions& options, int device,
-                                           std::string device_source)
+                                           std::string device_source,
+                                           std::shared_ptr<membership::Membership> group)
     : rank_(options.rank),
       size_(options.size),
       device_(device),
@@ -166,7 +170,7 @@ NcclCommunicatorImpl::NcclCommunicatorImpl(const NcclOptions& options, int devic
       order_after_compute_(options.order_after_compute_stream),
       compute_stream_(options.compute_stream) {
   try {
-    initialize(options, device_source);
+    initialize(options, device_source, std::move(group));
   } catch (...) {
     // Half-made: nothing in flight, no watchdog; abort NCCL if it exists.
     {
@@ -182,7 +186,8 @@ NcclCommunicatorImpl::NcclCommunicatorImpl(const NcclOptions& options, int devic
 }
 
 void NcclCommunicatorImpl::initialize(const NcclOptions& options,
-                                      const std::string& device_source) {
+                                      const std::string& device_source,
+                                      std::shared_ptr<membership::Membership> group) {
   const auto start = Clock::now();
   const auto deadline = start + timeout_;
   if (ncclGetVersion(&version_) != ncclSuccess) version_ = 0;
@@ -210,7 +215,8 @@ void NcclCommunicatorImpl::initialize(const NcclOptions& options,
   e = cudaMemsetAsync(barrier_buffer_, 0, sizeof(int32_t), stream_);  // ordered before any barrier
   if (e != cudaSuccess) throw_cuda("clear the barrier's buffer", e, where_);
 
-  NcclRendezvous rendezvous(options, device_, where_, deadline);
+  NcclRendezvous rendezvous = group ? NcclRendezvous(options, std::move(group), where_)
+                                    : NcclRendezvous(options, device_, where_, deadline);
   rendezvous.announce();
   const ncclUniqueId id = rendezvous.exchange();
   init_nccl(id, rendezvous, deadline);
@@ -721,6 +727,11 @@ void NcclCommunicatorImpl::wait_on_stream(const WorkHandle& work, CudaStream str
 }  // namespace comm
 
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options) {
+  return comm::make_nccl_communicator(options, nullptr);
+}
+
+std::unique_ptr<Communicator> comm::make_nccl_communicator(
+    const NcclOptions& options, std::shared_ptr<membership::Membership> group) {
   using comm::where_text;
   const std::string where = where_text(options.rank, options.size, -1);
   if (options.size <= 0 || options.rank < 0 || options.rank >= options.size) {
@@ -753,7 +764,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options)
   }
   const comm::DeviceChoice device =
       comm::choose_device(options.device, visible, comm::getenv_reader, where);
-  return std::make_unique<comm::NcclCommunicatorImpl>(options, device.ordinal, device.source);
+  return std::make_unique<comm::NcclCommunicatorImpl>(options, device.ordinal, device.source,
+                                                      std::move(group));
 }
 
 NcclCommunicator* as_nccl_communicator(Communicator* communicator) {

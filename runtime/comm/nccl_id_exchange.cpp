@@ -1,4 +1,4 @@
-// Note [Rendezvous generations] in nccl_id_exchange.h.
+// The unique id over a Membership (membership/membership.h).
 #include "comm/nccl_id_exchange.h"
 
 #include <unistd.h>
@@ -6,71 +6,48 @@
 #include <algorithm>
 #include <sstream>
 
-#include "comm/nccl_rules.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::comm {
+
 namespace {
 
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
-}
-
-// Field "key=value" of a join record ("size=4\ndevice=0\n...").
-std::string field(const Bytes& record, const std::string& name) {
-  std::istringstream is(std::string(record.begin(), record.end()));
-  std::string line;
-  while (std::getline(is, line)) {
-    if (line.compare(0, name.size() + 1, name + "=") == 0) return line.substr(name.size() + 1);
-  }
-  return "";
-}
-
-int size_of(const Bytes& record) {
-  const std::string s = field(record, "size");
-  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
-    return -1;
-  }
-  return std::stoi(s);
+membership::JoinOptions join_options(const NcclOptions& o, int device, const std::string& where,
+                                     NcclIdExchange::Clock::time_point deadline) {
+  membership::JoinOptions j;
+  j.store = o.store;
+  j.prefix = o.prefix;
+  j.rank = o.rank;
+  j.size = o.size;
+  j.deadline = deadline;
+  j.head = "nccl: failed to join the communicator: ";
+  j.where = where;
+  j.fields = {{"device", std::to_string(device)}};
+  return j;
 }
 
 }  // namespace
 
 NcclIdExchange::NcclIdExchange(const NcclOptions& options, int device, std::string where,
                                Clock::time_point deadline)
-    : options_(options), device_(device), where_(std::move(where)), deadline_(deadline) {}
+    : options_(options),
+      where_(std::move(where)),
+      name_("unique_id"),
+      group_(std::make_shared<membership::Membership>(
+          join_options(options, device, where_, deadline))) {}
 
-std::string NcclIdExchange::key(const std::string& name) const {
-  return key_at(generation_, name);
-}
+NcclIdExchange::NcclIdExchange(const NcclOptions& options,
+                               std::shared_ptr<membership::Membership> group, std::string where)
+    : options_(options), where_(std::move(where)), name_("nccl/unique_id"), group_(std::move(group)) {}
 
-std::string NcclIdExchange::key_at(int64_t generation, const std::string& name) const {
-  return options_.prefix + "/" + std::to_string(generation) + "/" + name;
-}
-
-std::chrono::milliseconds NcclIdExchange::remaining() const {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
-  return std::max(left, std::chrono::milliseconds(0));
-}
+std::string NcclIdExchange::key(const std::string& name) const { return group_->key(name); }
 
 void NcclIdExchange::announce() {
-  if (!options_.store || generation_ != 0) return;
-  generation_ =
-      options_.store->add(options_.prefix + "/generation/" + std::to_string(options_.rank), 1);
-  const std::string record = "size=" + std::to_string(options_.size) +
-                             "\ndevice=" + std::to_string(device_) + "\nhost=" + host_name() +
-                             "\npid=" + std::to_string(getpid()) +
-                             "\ngeneration=" + std::to_string(generation_) + "\n";
-  options_.store->set(key("join/" + std::to_string(options_.rank)),
-                      Bytes(record.begin(), record.end()));
-  if (generation_ > 1) {
-    // This rank's previous creation is over (Note [Rendezvous generations]):
-    // the keys it wrote there go.
-    const int64_t previous = generation_ - 1;
-    options_.store->erase(key_at(previous, "join/" + std::to_string(options_.rank)));
-    if (options_.rank == 0) options_.store->erase(key_at(previous, "unique_id"));
+  if (!options_.store || group_->generation() != 0) return;
+  group_->announce();
+  // The previous creation's id is over too (Note [Rendezvous generations]).
+  if (options_.rank == 0 && group_->generation() > 1) {
+    options_.store->erase(group_->previous_key(name_));
   }
 }
 
@@ -90,77 +67,43 @@ NcclUniqueId NcclIdExchange::exchange(const std::function<NcclUniqueId()>& creat
         where_);
   }
   announce();  // no-op when done already: the id must live under this generation
+  const std::string id_key = key(name_);
   if (root) {
-    options_.store->set(key("unique_id"), Bytes(id.begin(), id.end()));
+    options_.store->set(id_key, Bytes(id.begin(), id.end()));
     return id;
   }
   Bytes value;
-  const auto budget = remaining();
+  const auto budget = group_->remaining();
   try {
-    value = options_.store->get(key("unique_id"), budget);
+    value = options_.store->get(id_key, budget);
   } catch (const TimeoutError& e) {
     throw TimeoutError("nccl: failed to get NCCL's unique id from rank 0 within " +
                        std::to_string(budget.count()) + " ms: " + diagnosis() + "; " + where_ +
-                       ", key=" + key("unique_id") + " (" + e.what() + ")");
+                       ", key=" + id_key + " (" + e.what() + ")");
   }
   if (value.size() != kNcclUniqueIdBytes) {
     throw ProtocolError("nccl: failed to read NCCL's unique id: the store holds " +
                         std::to_string(value.size()) + " bytes, expected " +
                         std::to_string(kNcclUniqueIdBytes) + " (another program's key?); " +
-                        where_ + ", key=" + key("unique_id"));
+                        where_ + ", key=" + id_key);
   }
-  // Rank 0 recorded itself (in this generation) before publishing the id.
-  const Bytes root_record = options_.store->get(key("join/0"), remaining());
-  const int root_size = size_of(root_record);
-  if (root_size != options_.size) {
-    throw InvalidArgument(
-        "nccl: failed to join the communicator: the world size differs "
-        "between ranks; size=" +
-        std::to_string(options_.size) + " (rank " + std::to_string(options_.rank) +
-        "), size=" + std::to_string(root_size) + " (rank 0); " + where_);
+  if (!group_->completed()) {
+    // Rank 0 recorded itself (in this generation) before publishing the id.
+    const auto root_record =
+        membership::parse_record(options_.store->get(key("join/0"), group_->remaining()));
+    if (root_record.size != options_.size) {
+      throw InvalidArgument(
+          "nccl: failed to join the communicator: the world size differs "
+          "between ranks; size=" +
+          std::to_string(options_.size) + " (rank " + std::to_string(options_.rank) +
+          "), size=" + std::to_string(root_record.size) + " (rank 0); " + where_);
+    }
   }
   NcclUniqueId got{};
   std::copy(value.begin(), value.end(), got.begin());
   return got;
 }
 
-// Missing ranks that are at another creation on this prefix (the usual cause:
-// a retry after one rank failed before its rendezvous), e.g.
-// "; ranks at another generation of prefix 'p': [1 (generation 3)], this rank
-// is at generation 2 (Note [Rendezvous generations])".
-std::string NcclIdExchange::other_generations(const JoinReport& report) {
-  std::string listed;
-  for (int r = 0; r < options_.size && r < 32; ++r) {
-    if (std::find(report.joined.begin(), report.joined.end(), r) != report.joined.end()) continue;
-    const std::string k = options_.prefix + "/generation/" + std::to_string(r);
-    if (!options_.store->check({k})) continue;
-    const Bytes v = options_.store->get(k, std::chrono::milliseconds(0));
-    const std::string g(v.begin(), v.end());
-    if (g == std::to_string(generation_)) continue;
-    listed += (listed.empty() ? "" : ", ") + std::to_string(r) + " (generation " + g + ")";
-  }
-  if (listed.empty()) return "";
-  return "; ranks at another generation of prefix '" + options_.prefix + "': [" + listed +
-         "], this rank is at generation " + std::to_string(generation_) +
-         " (Note [Rendezvous generations])";
-}
-
-std::string NcclIdExchange::diagnosis() {
-  if (!options_.store) return "no store to tell which ranks joined";
-  try {
-    JoinReport report;
-    report.size = options_.size;
-    for (int r = 0; r < options_.size; ++r) {
-      const std::string k = key("join/" + std::to_string(r));
-      if (!options_.store->check({k})) continue;
-      report.joined.push_back(r);
-      const int size = size_of(options_.store->get(k, std::chrono::milliseconds(0)));
-      if (size != options_.size) report.other_sizes.emplace_back(r, size);
-    }
-    return describe(report) + other_generations(report);
-  } catch (const std::exception& e) {
-    return std::string("the store could not tell which ranks joined (") + e.what() + ")";
-  }
-}
+std::string NcclIdExchange::diagnosis() { return group_->diagnosis(); }
 
 }  // namespace slurmddp::comm

@@ -13,6 +13,10 @@ NcclRendezvous::NcclRendezvous(const NcclOptions& options, int device, std::stri
                                Clock::time_point deadline)
     : exchange_(options, device, where, deadline), where_(std::move(where)) {}
 
+NcclRendezvous::NcclRendezvous(const NcclOptions& options,
+                               std::shared_ptr<membership::Membership> group, std::string where)
+    : exchange_(options, std::move(group), where), where_(std::move(where)) {}
+
 ncclUniqueId NcclRendezvous::exchange() {
   const NcclUniqueId bytes = exchange_.exchange([this] {
     ncclUniqueId id;

@@ -19,6 +19,9 @@ class NcclRendezvous {
   // `where` is the rank/host/pid text for messages; nothing blocks past `deadline`.
   NcclRendezvous(const NcclOptions& options, int device, std::string where,
                  Clock::time_point deadline);
+  // Over a group that has joined already (see NcclIdExchange).
+  NcclRendezvous(const NcclOptions& options, std::shared_ptr<membership::Membership> group,
+                 std::string where);
 
   // See NcclIdExchange: this creation's generation and join record.
   void announce() { exchange_.announce(); }

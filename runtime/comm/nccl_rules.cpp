@@ -82,39 +82,6 @@ DeviceChoice choose_device(int requested, int visible, const EnvReader& env,
   return c;
 }
 
-std::string describe(const JoinReport& r) {
-  std::vector<int> joined = r.joined;
-  std::sort(joined.begin(), joined.end());
-  joined.erase(std::unique(joined.begin(), joined.end()), joined.end());
-  std::ostringstream os;
-  os << joined.size() << "/" << r.size << " ranks joined; missing: [";
-  constexpr int kListed = 32;
-  int listed = 0;
-  int unlisted = 0;
-  size_t j = 0;
-  for (int rank = 0; rank < r.size; ++rank) {
-    while (j < joined.size() && joined[j] < rank) ++j;
-    if (j < joined.size() && joined[j] == rank) continue;
-    if (listed < kListed) {
-      os << (listed ? ", " : "") << rank;
-      ++listed;
-    } else {
-      ++unlisted;
-    }
-  }
-  if (unlisted > 0) os << " ... and " << unlisted << " more";
-  os << "]";
-  if (!r.other_sizes.empty()) {
-    os << "; ranks with another world size: [";
-    for (size_t i = 0; i < r.other_sizes.size(); ++i) {
-      os << (i ? ", " : "") << r.other_sizes[i].first << " (size=" << r.other_sizes[i].second
-         << ")";
-    }
-    os << "]";
-  }
-  return os.str();
-}
-
 std::string where_text(int rank, int size, int device) {
   static const std::string host = host_name();
   std::string s = "rank=" + std::to_string(rank) + ", size=" + std::to_string(size);

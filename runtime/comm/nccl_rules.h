@@ -1,6 +1,6 @@
 // Pure rules of the NCCL communicator, kept free of CUDA and NCCL so that the
 // unit suite checks them on any machine: which GPU a rank takes, and how a
-// rendezvous that did not complete is described.
+// rank is named in messages. (Who joined a rendezvous: membership/.)
 #pragma once
 
 #include <string>
@@ -28,18 +28,6 @@ DeviceChoice choose_device(int requested, int visible, const EnvReader& env,
 
 // "NAME=value" or "NAME unset".
 std::string env_assignment(const EnvReader& env, const char* name);
-
-// What a rendezvous saw: `joined` lists the ranks that recorded themselves;
-// `other_sizes` the ranks (with their size) that announced another world size.
-struct JoinReport {
-  int size = 0;
-  std::vector<int> joined;
-  std::vector<std::pair<int, int>> other_sizes;
-};
-
-// "3/4 ranks joined; missing: [2]" (at most 32 missing ranks are listed, then
-// "... and N more"), plus "; ranks with another world size: [5 (size=3)]".
-std::string describe(const JoinReport& report);
 
 // "rank=1, size=4, device=0, host=node1, pid=1234" (device omitted when < 0).
 std::string where_text(int rank, int size, int device);

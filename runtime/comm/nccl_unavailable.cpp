@@ -1,10 +1,16 @@
 // make_nccl_communicator in a build without NCCL: says so.
+#include "comm/over_membership.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"
 
 namespace slurmddp {
 
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options) {
+  return comm::make_nccl_communicator(options, nullptr);
+}
+
+std::unique_ptr<Communicator> comm::make_nccl_communicator(
+    const NcclOptions& options, std::shared_ptr<membership::Membership> /*group*/) {
   throw Error("nccl: failed to create a communicator: slurm-ddp was built without NCCL "
               "(configure with -Dcuda=enabled -Dnccl=enabled where CUDA and NCCL are "
               "installed); rank=" + std::to_string(options.rank));

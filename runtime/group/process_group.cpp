@@ -4,7 +4,9 @@
 
 #include <cstdlib>
 
+#include "comm/over_membership.h"
 #include "common/log.h"
+#include "membership/membership.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp_config.h"
@@ -38,12 +40,6 @@ std::string host_name() {
   return buf;
 }
 
-Bytes to_bytes(const std::string& s) {
-  return Bytes(s.begin(), s.end());
-}
-std::string to_string(const Bytes& b) {
-  return std::string(b.begin(), b.end());
-}
 
 class Group : public ProcessGroup {
  public:
@@ -78,17 +74,41 @@ class Group : public ProcessGroup {
   bool shut_down_ = false;
 };
 
-// Every rank must agree on WORLD_SIZE: the first to arrive records its value,
-// the others compare.
-void check_world_size(Store& store, const ProcessIdentity& id) {
-  std::string mine = std::to_string(id.world_size);
-  Bytes seen = store.compare_set("slurmddp/init/world_size", Bytes{}, to_bytes(mine));
-  if (to_string(seen) != mine) {
+// Note [One join]
+//   init() joins the group once (membership/membership.h): every rank records
+//   itself under "slurmddp/init", the world size is checked once, and the
+//   record carries what the chosen backend needs every rank to know (Gloo's
+//   socket buffer limit, NCCL's device). The communicator is then built over
+//   that group and exchanges only its own data under the group's keys (Gloo's
+//   mesh addresses, NCCL's unique id): no second join, no second size check.
+std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id, Backend backend,
+                                                   const std::shared_ptr<Store>& store,
+                                                   std::chrono::milliseconds timeout) {
+  membership::JoinOptions j;
+  j.store = store;
+  j.prefix = "slurmddp/init";
+  j.rank = id.rank;
+  j.size = id.world_size;
+  j.deadline = std::chrono::steady_clock::now() + timeout;
+  j.head = "init: failed to join the process group: ";
+  j.where = "rank=" + std::to_string(id.rank) + ", size=" + std::to_string(id.world_size) +
+            ", host=" + host_name() + ", timeout_ms=" + std::to_string(timeout.count());
+  std::vector<std::string> agree;
+#if SLURMDDP_HAVE_GLOO
+  if (backend == Backend::kGloo) {
+    j.fields = comm::gloo_join_fields();
+    agree = comm::kGlooAgreedFields;
+  }
+#endif
+  if (backend == Backend::kNccl) j.fields = {{"device", std::to_string(id.local_device.value_or(-1))}};
+  try {
+    return membership::Membership::join(std::move(j), agree);
+  } catch (const membership::SizeMismatch& e) {
     throw InvalidArgument(
-        "init: failed to join the process group: WORLD_SIZE differs between "
-        "ranks; rank " +
-        std::to_string(id.rank) + " on " + host_name() + " has WORLD_SIZE=" + mine +
-        ", another rank registered WORLD_SIZE=" + to_string(seen));
+        "init: failed to join the process group: WORLD_SIZE differs between ranks; rank " +
+        std::to_string(e.rank) + " on " + host_name() + " has WORLD_SIZE=" +
+        std::to_string(e.size) + ", another rank registered WORLD_SIZE=" +
+        std::to_string(e.other_size) + " (rank " + std::to_string(e.other_rank) + ")");
   }
 }
 
@@ -159,15 +179,15 @@ Backend choose_backend(const InitOptions& options, const ProcessIdentity& id) {
   return b;
 }
 
-std::unique_ptr<Communicator> make_communicator(Backend backend, const ProcessIdentity& id,
-                                                const std::shared_ptr<Store>& store,
-                                                std::chrono::milliseconds timeout) {
+std::unique_ptr<Communicator> make_communicator(
+    Backend backend, const ProcessIdentity& id, const std::shared_ptr<Store>& store,
+    const std::shared_ptr<membership::Membership>& group, std::chrono::milliseconds timeout) {
   if (backend == Backend::kNccl) {
     // Note [init and NCCL]
-    //   The communicator is built on the rendezvous store that init() already
-    //   joined (TCP, or the PMIx-announced one under --mpi=pmix): rank 0 puts
-    //   NCCL's unique id there and the others read it, so the GPU path needs no
-    //   second bootstrap. The device is the task's SLURMDDP_LOCAL_DEVICE (the
+    //   The communicator is built over the group that init() already joined
+    //   (Note [One join]) on its rendezvous store (TCP, or the PMIx-announced
+    //   one under --mpi=pmix): rank 0 puts NCCL's unique id under the group's
+    //   keys and the others read it, so the GPU path needs no second bootstrap. The device is the task's SLURMDDP_LOCAL_DEVICE (the
     //   identity's rule). A task that cannot use NCCL (no device visible, a bad
     //   ordinal, a build without NCCL) fails here, after the rendezvous, with
     //   the communicator's own reason and init()'s context: the whole path up to
@@ -179,10 +199,10 @@ std::unique_ptr<Communicator> make_communicator(Backend backend, const ProcessId
     o.size = id.world_size;
     o.device = id.local_device.value_or(-1);
     o.store = store;
-    o.prefix = "slurmddp/init/nccl";
+    o.prefix = group->prefix();
     o.timeout = timeout;
     try {
-      return make_nccl_communicator(o);
+      return comm::make_nccl_communicator(o, group);
     } catch (const CudaError& e) {
       rethrow_with_context(e, id);
     } catch (const InvalidArgument& e) {
@@ -204,10 +224,12 @@ std::unique_ptr<Communicator> make_communicator(Backend backend, const ProcessId
   o.store = store;
   o.ifname = id.ifname;
   o.timeout = timeout;
-  return make_gloo_communicator(o);
+  o.prefix = group->prefix();
+  return comm::make_gloo_communicator(o, group);
 #else
   (void)id;
   (void)store;
+  (void)group;
   (void)timeout;
   throw InvalidArgument(
       "init: no communicator available: built without Gloo (meson -Dgloo=enabled)");
@@ -260,9 +282,8 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
     throw InvalidArgument("init: the PMIx bootstrap is not available in this build");
 #endif
   }
-  check_world_size(*store, id);
-  store_barrier(*store, "slurmddp/init/joined", id.rank, id.world_size, timeout);
-  auto comm = make_communicator(backend, id, store, timeout);
+  auto group = join_group(id, backend, store, timeout);
+  auto comm = make_communicator(backend, id, store, group, timeout);
   return std::make_unique<Group>(std::move(id), std::move(store), std::move(comm), timeout,
                                  bootstrap);
 }

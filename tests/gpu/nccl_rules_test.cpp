@@ -82,25 +82,6 @@ TEST(NcclDeviceChoice, GarbledVariablesAndNoDevice) {
   }
 }
 
-TEST(NcclJoinReport, NamesMissingRanksAndOtherSizes) {
-  JoinReport r;
-  r.size = 4;
-  r.joined = {3, 0, 1};
-  EXPECT_EQ(describe(r), "3/4 ranks joined; missing: [2]");
-  r.other_sizes = {{1, 3}};
-  EXPECT_EQ(describe(r), "3/4 ranks joined; missing: [2]; ranks with another world size: "
-                         "[1 (size=3)]");
-}
-
-TEST(NcclJoinReport, LongListsAreCut) {
-  JoinReport r;
-  r.size = 100;
-  r.joined = {0};
-  const std::string s = describe(r);
-  EXPECT_EQ(s.rfind("1/100 ranks joined; missing: [1, 2, 3, ", 0), 0u) << s;
-  EXPECT_NE(s.find("32 ... and 67 more]"), std::string::npos) << s;
-}
-
 // Checked before any CUDA call, so on every machine.
 TEST(MakeNcclCommunicator, RejectsBadOptionsFirst) {
   NcclOptions o;

@@ -2,14 +2,11 @@
 // counter; the rank that brings the counter to world_size sets "done", which
 // everyone waits for.
 //
-// Note [Barrier missing ranks]
-// On a timeout the message names the ranks that never arrived. Asking for each
-// rank key separately costs world_size round trips on a TCP store, so the ranks
-// are probed in halves with check(): a group whose keys all exist is done in
-// one call, and only groups holding a missing rank are split further, which
-// costs O(missing * log(world_size)) calls.
+// On a timeout the message names the ranks that never arrived
+// (Note [Probing for missing ranks]).
 #include <chrono>
 
+#include "membership/ranks.h"
 #include "parse.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
@@ -23,38 +20,6 @@ using Clock = std::chrono::steady_clock;
 
 std::string rank_key(const std::string& prefix, int rank) {
   return prefix + "rank/" + std::to_string(rank);
-}
-
-void find_missing(Store& store, const std::string& prefix, int lo, int hi,
-                  std::vector<int>* missing) {
-  std::vector<std::string> keys;
-  for (int r = lo; r < hi; ++r) keys.push_back(rank_key(prefix, r));
-  if (store.check(keys)) return;
-  if (hi - lo == 1) {
-    missing->push_back(lo);
-    return;
-  }
-  int mid = lo + (hi - lo) / 2;
-  find_missing(store, prefix, lo, mid, missing);
-  find_missing(store, prefix, mid, hi, missing);
-}
-
-// "2, 4-9, 12": runs of three or more consecutive ranks as ranges.
-std::string format_ranks(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!out.empty()) out += ", ";
-    if (j - i >= 2) {
-      out += std::to_string(ranks[i]) + "-" + std::to_string(ranks[j]);
-    } else {
-      out += std::to_string(ranks[i]);
-      if (j > i) out += ", " + std::to_string(ranks[j]);
-    }
-    i = j + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -82,13 +47,10 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
   // After a timeout: name the ranks that never arrived, or return when the
   // last one arrived just as we gave up.
   auto diagnose = [&] {
-    std::vector<int> missing;
-    find_missing(store, prefix, 0, world_size, &missing);
+    const auto missing = membership::probe_missing(
+        store, world_size, [&](int r) { return rank_key(prefix, r); });
     if (missing.empty()) return;
-    throw TimeoutError("store barrier '" + name +
-                       "': " + std::to_string(world_size - static_cast<int>(missing.size())) + "/" +
-                       std::to_string(world_size) + " ranks joined; missing: [" +
-                       format_ranks(missing) + "]");
+    throw TimeoutError("store barrier '" + name + "': " + membership::joined_text(world_size, missing));
   };
   if (auto* join = dynamic_cast<store::BarrierJoin*>(&store)) {
     // Note [Barrier join]

@@ -1,0 +1,257 @@
+// Note [Rendezvous generations] in membership.h.
+#include "membership/membership.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "membership/ranks.h"
+
+namespace slurmddp::membership {
+
+namespace {
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
+Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+
+std::optional<int64_t> parse_int(const std::string& s) {
+  if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoll(s);
+}
+
+// Missing ranks named with their generation are listed up to this many.
+constexpr int kListedGenerations = 32;
+
+}  // namespace
+
+std::string Record::field(const std::string& name) const {
+  const auto it = fields.find(name);
+  return it == fields.end() ? "" : it->second;
+}
+
+Record parse_record(const Bytes& value) {
+  Record r;
+  std::istringstream is(text(value));
+  std::string line;
+  while (std::getline(is, line)) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    r.fields[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  const auto size = parse_int(r.field("size"));
+  r.size = size && *size <= 1000000000 ? static_cast<int>(*size) : -1;
+  r.host = r.field("host");
+  r.pid = r.field("pid");
+  return r;
+}
+
+Membership::Membership(JoinOptions options) : o_(std::move(options)) {
+  if (o_.size < 1 || o_.rank < 0 || o_.rank >= o_.size) {
+    throw InvalidArgument(o_.head + "the rank must be in [0, size); " + o_.where);
+  }
+}
+
+std::chrono::milliseconds Membership::remaining() const {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(o_.deadline - Clock::now());
+  return std::max(left, std::chrono::milliseconds(0));
+}
+
+std::string Membership::scope() const { return o_.prefix + "/" + std::to_string(generation_); }
+
+std::string Membership::key(const std::string& name) const { return scope() + "/" + name; }
+
+std::string Membership::previous_key(const std::string& name) const {
+  if (generation_ <= 1) return "";
+  return o_.prefix + "/" + std::to_string(generation_ - 1) + "/" + name;
+}
+
+void Membership::announce() {
+  if (!o_.store || generation_ != 0) return;
+  generation_ = o_.store->add(o_.prefix + "/generation/" + std::to_string(o_.rank), 1);
+  std::string record = "size=" + std::to_string(o_.size) + "\nhost=" + host_name() +
+                       "\npid=" + std::to_string(getpid()) +
+                       "\ngeneration=" + std::to_string(generation_) + "\n";
+  for (const auto& [name, value] : o_.fields) record += name + "=" + value + "\n";
+  // The sum of the sizes announced lets rank 0 see at a glance whether anyone
+  // disagrees (complete()); it is counted before the record is visible.
+  o_.store->add(key("size_sum"), o_.size);
+  o_.store->set(join_key(o_.rank), bytes(record));
+  if (generation_ > 1) {
+    // This rank's previous group is over: its record there goes.
+    o_.store->erase(previous_key("join/" + std::to_string(o_.rank)));
+  }
+}
+
+void Membership::throw_not_joined(const std::string& also) const {
+  std::vector<int> missing;
+  try {
+    missing = probe_missing(*o_.store, o_.size, [this](int r) { return join_key(r); });
+  } catch (const std::exception& e) {
+    throw TimeoutError(o_.head + "the rendezvous did not complete in time, and the store could " +
+                       "not tell who joined (" + e.what() + "); " + o_.where);
+  }
+  throw TimeoutError(o_.head + joined_text(o_.size, missing) + other_generations(missing) + also +
+                     "; " + o_.where);
+}
+
+void Membership::complete(const std::vector<std::string>& agree_min) {
+  if (completed_) return;
+  announce();
+  std::map<std::string, int64_t> mins;
+  for (const auto& f : agree_min) {
+    for (const auto& [name, value] : o_.fields) {
+      if (name == f) {
+        if (auto v = parse_int(value)) mins[f] = *v;
+      }
+    }
+  }
+  std::string verdict;
+  if (!o_.store || o_.size == 1) {
+    verdict = "ok";
+  } else if (o_.rank != 0) {
+    Record root;
+    try {
+      root = parse_record(o_.store->get(join_key(0), remaining()));
+    } catch (const TimeoutError&) {
+      throw_not_joined();
+    }
+    if (root.size != o_.size) {
+      throw SizeMismatch(o_.head + "world size mismatch: rank " + std::to_string(o_.rank) +
+                             " has size=" + std::to_string(o_.size) +
+                             ", rank 0 has size=" + std::to_string(root.size) + "; " + o_.where,
+                         o_.rank, o_.size, 0, root.size);
+    }
+    try {
+      verdict = text(o_.store->get(key("verdict"), remaining()));
+    } catch (const TimeoutError&) {
+      throw_not_joined("; rank 0 published no verdict");
+    }
+  } else {
+    std::vector<std::string> all;
+    all.reserve(static_cast<size_t>(o_.size));
+    for (int j = 0; j < o_.size; ++j) all.push_back(join_key(j));
+    try {
+      o_.store->wait(all, remaining());
+    } catch (const TimeoutError&) {
+      throw_not_joined();
+    }
+    // Every record is visible, so every size was added.
+    const auto sum = parse_int(text(o_.store->get(key("size_sum"), remaining())));
+    const bool agree =
+        sum && *sum == static_cast<int64_t>(o_.size) * static_cast<int64_t>(o_.size);
+    std::string problem;
+    if (!agree || !agree_min.empty()) {
+      for (int j = 1; j < o_.size && problem.empty(); ++j) {
+        const Record r = parse_record(o_.store->get(join_key(j), remaining()));
+        if (r.size != o_.size) {
+          problem = "world size mismatch: rank " + std::to_string(j) +
+                    " has size=" + std::to_string(r.size) +
+                    ", rank 0 has size=" + std::to_string(o_.size);
+        }
+        for (const auto& f : agree_min) {
+          if (auto v = parse_int(r.field(f))) {
+            auto it = mins.find(f);
+            if (it == mins.end() || *v < it->second) mins[f] = *v;
+          }
+        }
+      }
+    }
+    if (problem.empty()) {
+      verdict = "ok";
+      for (const auto& [name, value] : mins) verdict += "\n" + name + "=" + std::to_string(value);
+    } else {
+      verdict = problem;
+    }
+    o_.store->set(key("verdict"), bytes(verdict));
+  }
+  if (verdict != "ok" && verdict.rfind("ok\n", 0) != 0) {
+    throw InvalidArgument(o_.head + verdict + "; " + o_.where);
+  }
+  if (o_.store && o_.size > 1) {
+    mins.clear();
+    const Record v = parse_record(bytes(verdict));
+    for (const auto& f : agree_min) {
+      if (auto x = parse_int(v.field(f))) mins[f] = *x;
+    }
+  }
+  agreed_ = std::move(mins);
+  completed_ = true;
+}
+
+std::shared_ptr<Membership> Membership::join(JoinOptions options,
+                                             const std::vector<std::string>& agree_min) {
+  auto m = std::make_shared<Membership>(std::move(options));
+  m->complete(agree_min);
+  return m;
+}
+
+std::optional<int64_t> Membership::agreed(const std::string& field) const {
+  const auto it = agreed_.find(field);
+  if (it == agreed_.end()) return std::nullopt;
+  return it->second;
+}
+
+// Missing ranks that are at another generation on this prefix (the usual
+// cause: a retry after one rank failed before joining), e.g. "; ranks at
+// another generation of prefix 'p': [1 (generation 3)], this rank is at
+// generation 2 (Note [Rendezvous generations])".
+std::string Membership::other_generations(const std::vector<int>& missing) const {
+  std::string listed;
+  int probed = 0;
+  for (int r : missing) {
+    if (++probed > kListedGenerations) break;
+    const std::string k = o_.prefix + "/generation/" + std::to_string(r);
+    if (!o_.store->check({k})) continue;
+    const std::string g = text(o_.store->get(k, std::chrono::milliseconds(0)));
+    if (g == std::to_string(generation_)) continue;
+    listed += (listed.empty() ? "" : ", ") + std::to_string(r) + " (generation " + g + ")";
+  }
+  if (listed.empty()) return "";
+  return "; ranks at another generation of prefix '" + o_.prefix + "': [" + listed +
+         "], this rank is at generation " + std::to_string(generation_) +
+         " (Note [Rendezvous generations])";
+}
+
+std::string Membership::diagnosis() const {
+  if (!o_.store) return "no store to tell which ranks joined";
+  try {
+    const auto missing = probe_missing(*o_.store, o_.size, [this](int r) { return join_key(r); });
+    const int joined = o_.size - static_cast<int>(missing.size());
+    std::string out = joined_text(o_.size, missing);
+    // Who announced another world size: only looked for when the sizes
+    // announced do not add up.
+    const std::string sum_key = key("size_sum");
+    const auto sum =
+        o_.store->check({sum_key}) ? parse_int(text(o_.store->get(sum_key, {}))) : std::nullopt;
+    if (!sum || *sum != static_cast<int64_t>(joined) * o_.size) {
+      std::string others;
+      int listed = 0;
+      size_t m = 0;
+      for (int r = 0; r < o_.size && listed < kListedGenerations; ++r) {
+        while (m < missing.size() && missing[m] < r) ++m;
+        if (m < missing.size() && missing[m] == r) continue;
+        const Record rec = parse_record(o_.store->get(join_key(r), {}));
+        if (rec.size == o_.size) continue;
+        others += (others.empty() ? "" : ", ") + std::to_string(r) +
+                  " (size=" + std::to_string(rec.size) + ")";
+        ++listed;
+      }
+      if (!others.empty()) out += "; ranks with another world size: [" + others + "]";
+    }
+    return out + other_generations(missing);
+  } catch (const std::exception& e) {
+    return std::string("the store could not tell which ranks joined (") + e.what() + ")";
+  }
+}
+
+}  // namespace slurmddp::membership

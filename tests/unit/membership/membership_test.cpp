@@ -1,0 +1,154 @@
+// The join every communicator stands on (membership/membership.h): ranks as
+// threads on the in-process store.
+#include "membership/membership.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace slurmddp::membership {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+JoinOptions options(const std::shared_ptr<Store>& store, int rank, int size,
+                    std::chrono::milliseconds budget = 10s, const std::string& prefix = "g") {
+  JoinOptions o;
+  o.store = store;
+  o.prefix = prefix;
+  o.rank = rank;
+  o.size = size;
+  o.deadline = Clock::now() + budget;
+  o.head = "test: failed to join: ";
+  o.where = "rank=" + std::to_string(rank) + ", size=" + std::to_string(size);
+  return o;
+}
+
+// Runs `body(rank)` for each rank on its own thread; returns each one's error.
+std::vector<std::string> on_threads(const std::vector<int>& ranks,
+                                    const std::function<void(int)>& body) {
+  std::vector<std::string> errors(ranks.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        body(ranks[i]);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(Membership, EveryRankJoinsAndTheGroupAgreesOnTheMinimum) {
+  auto store = make_in_process_store();
+  std::vector<int64_t> agreed(4, -1);
+  std::vector<std::string> peer_field(4);
+  const auto errors = on_threads({0, 1, 2, 3}, [&](int r) {
+    JoinOptions o = options(store, r, 4);
+    o.fields = {{"wmem_max", std::to_string(1000 + 10 * (3 - r))}, {"device", std::to_string(r)}};
+    auto m = Membership::join(o, {"wmem_max"});
+    EXPECT_TRUE(m->completed());
+    EXPECT_EQ(m->generation(), 1);
+    EXPECT_EQ(m->key("x"), "g/1/x");
+    agreed[static_cast<size_t>(r)] = m->agreed("wmem_max").value_or(-2);
+    EXPECT_FALSE(m->agreed("device")) << "only fields named in agree_min";
+    // Records carry each rank's fields for the backends.
+    peer_field[static_cast<size_t>(r)] =
+        parse_record(store->get(m->key("join/" + std::to_string((r + 1) % 4)), 1s))
+            .field("device");
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(agreed, (std::vector<int64_t>{1000, 1000, 1000, 1000}));
+  EXPECT_EQ(peer_field, (std::vector<std::string>{"1", "2", "3", "0"}));
+}
+
+TEST(Membership, AMissingRankIsNamedByEveryoneWithinTheDeadline) {
+  auto store = make_in_process_store();
+  const auto start = Clock::now();
+  const auto errors =
+      on_threads({0, 1, 3}, [&](int r) { Membership::join(options(store, r, 4, 300ms)); });
+  for (size_t i = 0; i < errors.size(); ++i) {
+    EXPECT_THAT(errors[i], HasSubstr("test: failed to join: 3/4 ranks joined; missing: [2]"));
+  }
+  EXPECT_THAT(errors[0], HasSubstr("; rank=0, size=4"));
+  EXPECT_LT(Clock::now() - start, 5s);
+}
+
+TEST(Membership, WorldSizeMismatchNamesBothValuesOnEveryRank) {
+  auto store = make_in_process_store();
+  std::vector<int> mismatch_other_size(3, 0);
+  const auto errors = on_threads({0, 1, 2}, [&](int r) {
+    try {
+      Membership::join(options(store, r, r == 2 ? 4 : 3, 5s));
+    } catch (const SizeMismatch& e) {
+      mismatch_other_size[static_cast<size_t>(r)] = e.other_size;
+      throw;
+    }
+  });
+  EXPECT_THAT(errors[2], HasSubstr("world size mismatch: rank 2 has size=4, rank 0 has size=3"));
+  EXPECT_EQ(mismatch_other_size[2], 3);
+  for (int r : {0, 1}) {
+    EXPECT_THAT(errors[static_cast<size_t>(r)],
+                HasSubstr("test: failed to join: world size mismatch: rank 2 has size=4, rank 0 "
+                          "has size=3; rank=" +
+                          std::to_string(r)));
+  }
+}
+
+TEST(Membership, DiagnosisNamesMissingRanksAndOtherSizes) {
+  auto store = make_in_process_store();
+  Membership m0(options(store, 0, 4));
+  m0.announce();
+  Membership(options(store, 1, 3)).announce();  // another world size
+  Membership(options(store, 3, 4)).announce();
+  EXPECT_EQ(m0.diagnosis(),
+            "3/4 ranks joined; missing: [2]; ranks with another world size: [1 (size=3)]");
+  Membership(options(store, 2, 4)).announce();
+  EXPECT_EQ(m0.diagnosis(),
+            "4/4 ranks joined; missing: []; ranks with another world size: [1 (size=3)]");
+}
+
+// A second group on the same prefix must not see the first one's records or
+// verdict, and the first one's records go.
+TEST(Membership, ASecondGroupOnThePrefixIsANewGeneration) {
+  auto store = make_in_process_store();
+  auto first = on_threads({0, 1}, [&](int r) { Membership::join(options(store, r, 2)); });
+  for (const auto& e : first) EXPECT_EQ(e, "");
+  EXPECT_TRUE(store->check({"g/1/join/0", "g/1/join/1", "g/1/verdict"}));
+  Membership again(options(store, 0, 2, 300ms));
+  again.announce();
+  EXPECT_EQ(again.generation(), 2);
+  EXPECT_FALSE(store->check({"g/1/join/0"})) << "the previous record is erased";
+  EXPECT_EQ(again.diagnosis(),
+            "1/2 ranks joined; missing: [1]; ranks at another generation of prefix 'g': "
+            "[1 (generation 1)], this rank is at generation 2 (Note [Rendezvous generations])");
+  try {
+    again.complete();
+    FAIL() << "rank 1 never joined generation 2";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("1/2 ranks joined; missing: [1]"));
+  }
+}
+
+TEST(Membership, OneRankNeedsNoStoreAndBadRanksAreRefused) {
+  JoinOptions o;
+  o.prefix = "solo";
+  auto m = Membership::join(o, {"wmem_max"});
+  EXPECT_TRUE(m->completed());
+  EXPECT_EQ(m->generation(), 0);
+  EXPECT_EQ(m->diagnosis(), "no store to tell which ranks joined");
+  JoinOptions bad = options(nullptr, 4, 4);
+  EXPECT_THROW(Membership{bad}, InvalidArgument);
+}
+
+}  // namespace
+}  // namespace slurmddp::membership
