@@ -16,11 +16,11 @@
 #include <thread>
 
 #include "comm/nccl_rendezvous.h"
-#include "comm/over_membership.h"
 #include "comm/nccl_rules.h"
 #include "comm/nccl_scale.h"
 #include "comm/nccl_util.h"
 #include "comm/nccl_work.h"
+#include "comm/over_membership.h"
 #include "common/cuda_device_guard.h"
 #include "common/log.h"
 #include "slurmddp/error.h"
@@ -185,8 +185,7 @@ NcclCommunicatorImpl::NcclCommunicatorImpl(const NcclOptions& options, int devic
   }
 }
 
-void NcclCommunicatorImpl::initialize(const NcclOptions& options,
-                                      const std::string& device_source,
+void NcclCommunicatorImpl::initialize(const NcclOptions& options, const std::string& device_source,
                                       std::shared_ptr<membership::Membership> group) {
   const auto start = Clock::now();
   const auto deadline = start + timeout_;

@@ -38,9 +38,14 @@ NcclIdExchange::NcclIdExchange(const NcclOptions& options, int device, std::stri
 
 NcclIdExchange::NcclIdExchange(const NcclOptions& options,
                                std::shared_ptr<membership::Membership> group, std::string where)
-    : options_(options), where_(std::move(where)), name_("nccl/unique_id"), group_(std::move(group)) {}
+    : options_(options),
+      where_(std::move(where)),
+      name_("nccl/unique_id"),
+      group_(std::move(group)) {}
 
-std::string NcclIdExchange::key(const std::string& name) const { return group_->key(name); }
+std::string NcclIdExchange::key(const std::string& name) const {
+  return group_->key(name);
+}
 
 void NcclIdExchange::announce() {
   if (!options_.store || group_->generation() != 0) return;
@@ -104,6 +109,8 @@ NcclUniqueId NcclIdExchange::exchange(const std::function<NcclUniqueId()>& creat
   return got;
 }
 
-std::string NcclIdExchange::diagnosis() { return group_->diagnosis(); }
+std::string NcclIdExchange::diagnosis() {
+  return group_->diagnosis();
+}
 
 }  // namespace slurmddp::comm

@@ -100,14 +100,16 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id, Ba
     agree = comm::kGlooAgreedFields;
   }
 #endif
-  if (backend == Backend::kNccl) j.fields = {{"device", std::to_string(id.local_device.value_or(-1))}};
+  if (backend == Backend::kNccl) {
+    j.fields = {{"device", std::to_string(id.local_device.value_or(-1))}};
+  }
   try {
     return membership::Membership::join(std::move(j), agree);
   } catch (const membership::SizeMismatch& e) {
     throw InvalidArgument(
         "init: failed to join the process group: WORLD_SIZE differs between ranks; rank " +
-        std::to_string(e.rank) + " on " + host_name() + " has WORLD_SIZE=" +
-        std::to_string(e.size) + ", another rank registered WORLD_SIZE=" +
+        std::to_string(e.rank) + " on " + host_name() +
+        " has WORLD_SIZE=" + std::to_string(e.size) + ", another rank registered WORLD_SIZE=" +
         std::to_string(e.other_size) + " (rank " + std::to_string(e.other_rank) + ")");
   }
 }
@@ -187,13 +189,14 @@ std::unique_ptr<Communicator> make_communicator(
     //   The communicator is built over the group that init() already joined
     //   (Note [One join]) on its rendezvous store (TCP, or the PMIx-announced
     //   one under --mpi=pmix): rank 0 puts NCCL's unique id under the group's
-    //   keys and the others read it, so the GPU path needs no second bootstrap. The device is the task's SLURMDDP_LOCAL_DEVICE (the
-    //   identity's rule). A task that cannot use NCCL (no device visible, a bad
-    //   ordinal, a build without NCCL) fails here, after the rendezvous, with
-    //   the communicator's own reason and init()'s context: the whole path up to
-    //   the first CUDA call runs on any machine, so its wiring is tested
-    //   without a GPU. Ranks that did get a device then fail within the timeout
-    //   in NCCL's rendezvous, naming the ranks that did not join.
+    //   keys and the others read it, so the GPU path needs no second
+    //   bootstrap. The device is the task's SLURMDDP_LOCAL_DEVICE (the
+    //   identity's rule). A task that cannot use NCCL (no device visible, a
+    //   bad ordinal, a build without NCCL) fails here, after the rendezvous,
+    //   with the communicator's own reason and init()'s context: the whole
+    //   path up to the first CUDA call runs on any machine, so its wiring is
+    //   tested without a GPU. Ranks that did get a device then fail within the
+    //   timeout in NCCL's rendezvous, naming the ranks that did not join.
     NcclOptions o;
     o.rank = id.rank;
     o.size = id.world_size;

@@ -47,10 +47,11 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
   // After a timeout: name the ranks that never arrived, or return when the
   // last one arrived just as we gave up.
   auto diagnose = [&] {
-    const auto missing = membership::probe_missing(
-        store, world_size, [&](int r) { return rank_key(prefix, r); });
+    const auto missing =
+        membership::probe_missing(store, world_size, [&](int r) { return rank_key(prefix, r); });
     if (missing.empty()) return;
-    throw TimeoutError("store barrier '" + name + "': " + membership::joined_text(world_size, missing));
+    throw TimeoutError("store barrier '" + name +
+                       "': " + membership::joined_text(world_size, missing));
   };
   if (auto* join = dynamic_cast<store::BarrierJoin*>(&store)) {
     // Note [Barrier join]

@@ -18,8 +18,12 @@ std::string host_name() {
   return buf;
 }
 
-std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
-Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+std::string text(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
+Bytes bytes(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
 
 std::optional<int64_t> parse_int(const std::string& s) {
   if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) {
@@ -66,9 +70,13 @@ std::chrono::milliseconds Membership::remaining() const {
   return std::max(left, std::chrono::milliseconds(0));
 }
 
-std::string Membership::scope() const { return o_.prefix + "/" + std::to_string(generation_); }
+std::string Membership::scope() const {
+  return o_.prefix + "/" + std::to_string(generation_);
+}
 
-std::string Membership::key(const std::string& name) const { return scope() + "/" + name; }
+std::string Membership::key(const std::string& name) const {
+  return scope() + "/" + name;
+}
 
 std::string Membership::previous_key(const std::string& name) const {
   if (generation_ <= 1) return "";
@@ -147,8 +155,7 @@ void Membership::complete(const std::vector<std::string>& agree_min) {
     }
     // Every record is visible, so every size was added.
     const auto sum = parse_int(text(o_.store->get(key("size_sum"), remaining())));
-    const bool agree =
-        sum && *sum == static_cast<int64_t>(o_.size) * static_cast<int64_t>(o_.size);
+    const bool agree = sum && *sum == static_cast<int64_t>(o_.size) * static_cast<int64_t>(o_.size);
     std::string problem;
     if (!agree || !agree_min.empty()) {
       for (int j = 1; j < o_.size && problem.empty(); ++j) {

@@ -22,7 +22,9 @@ std::string context_keys(const DiagnosisContext& ctx) {
          ", timeout_ms=" + std::to_string(ctx.timeout.count());
 }
 
-std::string bytes_to_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
+std::string bytes_to_string(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
 
 constexpr std::chrono::milliseconds kStoreReadTimeout{2000};
 
@@ -191,8 +193,8 @@ std::exception_ptr decide(const DiagnosisContext& ctx, const Observation& own,
         const std::string who = lost.size() == 1 ? "lost peer rank " + std::to_string(lost[0])
                                                  : "lost peer ranks " + rank_list(lost);
         std::string peer_key = lost.size() == 1 ? std::to_string(lost[0]) : rank_list(lost);
-        return std::make_exception_ptr(PeerError(head + who + seen + "; " + keys +
-                                                 ", peer=" + peer_key));
+        return std::make_exception_ptr(
+            PeerError(head + who + seen + "; " + keys + ", peer=" + peer_key));
       }
       return std::make_exception_ptr(TimeoutError(
           head + "no response from " + (suspects.size() == 1 ? "rank " : "ranks ") +
@@ -202,9 +204,9 @@ std::exception_ptr decide(const DiagnosisContext& ctx, const Observation& own,
     for (int j = 0; j < ctx.size; ++j) {
       const auto& n = notes[static_cast<size_t>(j)];
       if (j != ctx.rank && n && n->kind == Observation::Kind::kAborted) {
-        return std::make_exception_ptr(
-            PeerError(head + "rank " + std::to_string(j) + " aborted the communicator: " +
-                      n->detail + "; " + keys + ", peer=" + std::to_string(j)));
+        return std::make_exception_ptr(PeerError(head + "rank " + std::to_string(j) +
+                                                 " aborted the communicator: " + n->detail + "; " +
+                                                 keys + ", peer=" + std::to_string(j)));
       }
     }
   }
@@ -217,9 +219,9 @@ std::exception_ptr decide(const DiagnosisContext& ctx, const Observation& own,
       return std::make_exception_ptr(
           TimeoutError(head + "timed out" + seen + note + "; " + keys + peer));
     case Observation::Kind::kPeer: {
-      const std::string who =
-          own.peer >= 0 ? "connection to rank " + std::to_string(own.peer) + " failed"
-                        : "connection to a peer failed";
+      const std::string who = own.peer >= 0
+                                  ? "connection to rank " + std::to_string(own.peer) + " failed"
+                                  : "connection to a peer failed";
       return std::make_exception_ptr(PeerError(head + who + seen + note + "; " + keys + peer));
     }
     case Observation::Kind::kAborted:

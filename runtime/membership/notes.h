@@ -34,9 +34,9 @@ namespace slurmddp::membership {
 struct Observation {
   enum class Kind { kTimeout, kPeer, kAborted, kOther };
   Kind kind = Kind::kOther;
-  int peer = -1;            // rank at the other end, when known
-  std::string endpoint;     // "[ip]:port" of the other end from the backend's message, if any
-  std::string detail;       // the cause as text (one line)
+  int peer = -1;         // rank at the other end, when known
+  std::string endpoint;  // "[ip]:port" of the other end from the backend's message, if any
+  std::string detail;    // the cause as text (one line)
 };
 
 const char* to_string(Observation::Kind kind);

@@ -45,7 +45,9 @@ std::string format_ranks(std::vector<int> ranks, size_t max_items) {
   return out;
 }
 
-std::string rank_list(const std::vector<int>& ranks) { return "[" + format_ranks(ranks) + "]"; }
+std::string rank_list(const std::vector<int>& ranks) {
+  return "[" + format_ranks(ranks) + "]";
+}
 
 std::string joined_text(int size, const std::vector<int>& missing) {
   std::vector<int> m = missing;

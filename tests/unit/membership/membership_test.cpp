@@ -63,8 +63,7 @@ TEST(Membership, EveryRankJoinsAndTheGroupAgreesOnTheMinimum) {
     EXPECT_FALSE(m->agreed("device")) << "only fields named in agree_min";
     // Records carry each rank's fields for the backends.
     peer_field[static_cast<size_t>(r)] =
-        parse_record(store->get(m->key("join/" + std::to_string((r + 1) % 4)), 1s))
-            .field("device");
+        parse_record(store->get(m->key("join/" + std::to_string((r + 1) % 4)), 1s)).field("device");
   });
   for (const auto& e : errors) EXPECT_EQ(e, "");
   EXPECT_EQ(agreed, (std::vector<int64_t>{1000, 1000, 1000, 1000}));
