@@ -340,16 +340,7 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
   // rank writes its note, then names the ranks without one (Note [Failure notes]).
   state_->set_timeout_diagnoser(
       [ctx = diagnosis_context()](const std::string& what, const std::exception_ptr& plain) {
-        comm::Observation own;
-        own.kind = comm::Observation::Kind::kAborted;
-        try {
-          std::rethrow_exception(plain);
-        } catch (const std::exception& e) {
-          own.detail = e.what();
-        }
-        if (ctx.size <= 1) return plain;
-        membership::write_note(ctx, own, what);
-        return membership::conclude(ctx, own, what);
+        return membership::note_and_conclude(ctx, comm::Observation::Kind::kAborted, what, plain);
       });
   worker_ = std::thread([this] { worker_main(); });
 }

@@ -23,6 +23,7 @@
 #include "comm/over_membership.h"
 #include "common/cuda_device_guard.h"
 #include "common/log.h"
+#include "membership/notes.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {
@@ -116,6 +117,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // Runs after a successful enqueue, on the stream, before the Work's event.
   using After = std::function<cudaError_t(cudaStream_t)>;
 
+  void set_up_failure_notes(const std::shared_ptr<Store>& store, const std::string& scope);
   void initialize(const NcclOptions& options, const std::string& device_source,
                   std::shared_ptr<membership::Membership> group);
   void init_nccl(const ncclUniqueId& id, NcclRendezvous& rendezvous, Clock::time_point deadline);
@@ -219,6 +221,7 @@ void NcclCommunicatorImpl::initialize(const NcclOptions& options, const std::str
   rendezvous.announce();
   const ncclUniqueId id = rendezvous.exchange();
   init_nccl(id, rendezvous, deadline);
+  if (options.store && size_ > 1) set_up_failure_notes(options.store, rendezvous.group()->scope());
 
   watchdog_ = std::thread([this] { watchdog_main(); });
   SLURMDDP_LOG_INFO(kNcclComponent,
@@ -227,6 +230,24 @@ void NcclCommunicatorImpl::initialize(const NcclOptions& options, const std::str
                         << " ms: NCCL " << nccl_version_text(version_) << ", device " << device_
                         << " (" << device_source << "), average "
                         << (native_avg_ ? "ncclAvg" : "sum-divide") << "; " << where_);
+}
+
+// Note [NCCL failure notes] (nccl_work.h).
+void NcclCommunicatorImpl::set_up_failure_notes(const std::shared_ptr<Store>& store,
+                                                const std::string& scope) {
+  membership::DiagnosisContext ctx;
+  ctx.store = store;
+  ctx.prefix = scope;
+  ctx.rank = rank_;
+  ctx.size = size_;
+  ctx.timeout = timeout_;
+  ctx.grace = std::clamp(timeout_ / 4, milliseconds(100), milliseconds(2000));
+  ctx.component = "nccl";
+  state_->set_diagnoser([ctx](const std::string& op, const std::exception_ptr& plain, bool lost) {
+    return membership::note_and_conclude(
+        ctx, lost ? membership::Observation::Kind::kPeer : membership::Observation::Kind::kTimeout,
+        op, plain);
+  });
 }
 
 void NcclCommunicatorImpl::init_nccl(const ncclUniqueId& id, NcclRendezvous& rendezvous,
@@ -367,14 +388,13 @@ void NcclCommunicatorImpl::watchdog_main() {
     if (!state_->error()) {
       const std::shared_ptr<NcclWork> pending = state_->drain_completed();
       if (pending && Clock::now() - pending->issued() > timeout_) {
-        state_->fail(
-            std::make_exception_ptr(TimeoutError(
-                "nccl: failed to complete " + pending->what() + ": not finished " +
-                ms_text(timeout_) +
-                " after it was issued (a peer rank may have died, stalled or issued another "
-                "collective); the watchdog aborted the communicator; " +
-                where_ + ", timeout_ms=" + std::to_string(timeout_.count()))),
-            /*nccl_locked=*/false);
+        auto plain = std::make_exception_ptr(TimeoutError(
+            "nccl: failed to complete " + pending->what() + ": not finished " + ms_text(timeout_) +
+            " after it was issued (a peer rank may have died, stalled or issued another "
+            "collective); the watchdog aborted the communicator; " +
+            where_ + ", timeout_ms=" + std::to_string(timeout_.count())));
+        state_->fail(state_->diagnose("complete " + pending->what(), plain, /*lost=*/false),
+                     /*nccl_locked=*/false);
       } else {
         state_->poll_async_error(pending ? pending->what() : std::string("no operation (idle)"));
       }

@@ -50,6 +50,8 @@ class NcclIdExchange {
 
   // This creation's generation (0 before announce() or without a store).
   int64_t generation() const { return group_->generation(); }
+  // The group this rank joined (its scope holds the failure notes too).
+  const std::shared_ptr<membership::Membership>& group() const { return group_; }
   // "<prefix>/<generation>/<name>" (the group's key of `name`).
   std::string key(const std::string& name) const;
 

@@ -28,6 +28,7 @@ class NcclRendezvous {
   // See NcclIdExchange::exchange; rank 0 creates the id (NcclError on failure).
   ncclUniqueId exchange();
   std::string diagnosis() { return exchange_.diagnosis(); }
+  const std::shared_ptr<membership::Membership>& group() const { return exchange_.group(); }
 
  private:
   NcclIdExchange exchange_;

@@ -71,6 +71,12 @@ void NcclState::abort_locked(const std::exception_ptr& cause) {
   }
 }
 
+std::exception_ptr NcclState::diagnose(const std::string& op, const std::exception_ptr& plain,
+                                       bool lost) const {
+  if (!diagnoser_ || error()) return plain;  // broken already: that error stands
+  return diagnoser_(op, plain, lost);
+}
+
 void NcclState::poll_async_error(const std::string& what) {
   std::unique_lock<std::mutex> lock(nccl_mu_, std::try_to_lock);
   if (!lock.owns_lock() || comm_ == nullptr) return;
@@ -78,9 +84,12 @@ void NcclState::poll_async_error(const std::string& what) {
   const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
   if (r != ncclSuccess) state = r;
   if (state == ncclSuccess || state == ncclInProgress) return;
-  fail(nccl_failure("complete " + what + " (NCCL reported an asynchronous error)", state, comm_,
-                    where_),
-       /*nccl_locked=*/true);
+  // A peer's failure shows as NCCL's remote or system error (a closed or
+  // failing connection): Note [NCCL failure notes].
+  const bool peer = state == ncclRemoteError || state == ncclSystemError;
+  auto plain = nccl_failure("complete " + what + " (NCCL reported an asynchronous error)", state,
+                            comm_, where_);
+  fail(peer ? diagnose("complete " + what, plain, /*lost=*/true) : plain, /*nccl_locked=*/true);
 }
 
 void NcclState::push(std::shared_ptr<NcclWork> work) {
@@ -164,7 +173,8 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
           " ms (a peer rank may have died, stalled or issued another collective); the "
           "communicator is aborted; " + state_->where() +
           ", timeout_ms=" + std::to_string(timeout.count())));
-      state_->fail(std::move(timed_out), /*nccl_locked=*/false);
+      state_->fail(state_->diagnose("complete " + what_, timed_out, /*lost=*/false),
+                   /*nccl_locked=*/false);
       if (auto e = state_->error_for(seq_)) std::rethrow_exception(e);
       return;  // it completed just before the failure was recorded
     }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,6 +62,21 @@ class NcclState {
   // the communicator with one naming `what` (the operation in flight).
   void poll_async_error(const std::string& what);
 
+  // Note [NCCL failure notes]: a failure that may be another rank's doing (an
+  // operation that does not complete, NCCL's remote or system error) is
+  // diagnosed with the group's failure notes (membership/notes.h) before the
+  // abort, so that every surviving rank names the rank that did not answer.
+  // Local failures (a CUDA error, a bad argument) are not: their cause is here.
+  // The diagnoser gets the operation ("complete allreduce of ..."), the plain
+  // error and whether the failure looked like a lost connection; it returns
+  // the error to report. Set once, before any operation is issued.
+  using Diagnoser = std::function<std::exception_ptr(const std::string& op,
+                                                     const std::exception_ptr& plain, bool lost)>;
+  void set_diagnoser(Diagnoser diagnoser) { diagnoser_ = std::move(diagnoser); }
+  // `plain`, or the diagnoser's verdict when the communicator is not broken yet.
+  std::exception_ptr diagnose(const std::string& op, const std::exception_ptr& plain,
+                              bool lost) const;
+
   // In-flight operations, oldest first (only the watchdog and the destructor pop).
   void push(std::shared_ptr<NcclWork> work);
   // Pops the operations found complete; returns the oldest still pending (or null).
@@ -80,6 +96,7 @@ class NcclState {
   uint64_t failed_from_ = 0;
   std::deque<std::shared_ptr<NcclWork>> in_flight_;
   std::atomic<bool> abort_requested_{false};
+  Diagnoser diagnoser_;
 };
 
 class NcclWork final : public Work {

@@ -166,6 +166,22 @@ std::exception_ptr conclude(const DiagnosisContext& ctx, const Observation& own,
   return decide(ctx, own, op, notes, store_problem);
 }
 
+std::exception_ptr note_and_conclude(const DiagnosisContext& ctx, Observation::Kind kind,
+                                     const std::string& op, const std::exception_ptr& plain) {
+  if (!ctx.store || ctx.size <= 1) return plain;
+  Observation own;
+  own.kind = kind;
+  try {
+    std::rethrow_exception(plain);
+  } catch (const std::exception& e) {
+    own.detail = e.what();
+  } catch (...) {
+    own.detail = "unknown exception";
+  }
+  write_note(ctx, own, op);
+  return conclude(ctx, own, op);
+}
+
 std::exception_ptr decide(const DiagnosisContext& ctx, const Observation& own,
                           const std::string& op,
                           const std::vector<std::optional<Observation>>& notes,

@@ -64,6 +64,11 @@ void write_note(const DiagnosisContext& ctx, const Observation& o, const std::st
 std::exception_ptr conclude(const DiagnosisContext& ctx, const Observation& own,
                             const std::string& op);
 
+// Steps 2 and 3 for a failure this rank saw as `plain` (its what() becomes the
+// note's detail): the error to report. Without a store or alone, `plain`.
+std::exception_ptr note_and_conclude(const DiagnosisContext& ctx, Observation::Kind kind,
+                                     const std::string& op, const std::exception_ptr& plain);
+
 // The decision of step 3 as a pure function of the notes (index = rank; empty
 // optional = no note). Exposed for tests.
 std::exception_ptr decide(const DiagnosisContext& ctx, const Observation& own,

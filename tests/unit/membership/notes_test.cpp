@@ -145,5 +145,60 @@ TEST(Decide, FallsBackToOwnObservation) {
             std::string::npos);
 }
 
+// What every backend calls on a failure that may be a peer's doing (the NCCL
+// communicator's watchdog and Work::wait timeouts, Gloo's Work::wait
+// timeout): write this rank's note, gather the others', name the culprit.
+TEST(NoteAndConclude, NamesTheRankThatWroteNoNote) {
+  auto store = make_in_process_store();
+  DiagnosisContext c = ctx4(0);
+  c.store = store;
+  c.size = 3;
+  c.grace = std::chrono::milliseconds(50);
+  c.component = "nccl";
+  DiagnosisContext c1 = c;
+  c1.rank = 1;
+  write_note(c1, note(Kind::kTimeout), "complete allreduce of 1024 float32 (sum), op #3");
+  const auto plain = std::make_exception_ptr(TimeoutError(
+      "nccl: failed to complete allreduce of 1024 float32 (sum), op #3: not finished; the "
+      "watchdog aborted the communicator"));
+  auto e = note_and_conclude(c, Kind::kTimeout, "complete allreduce of 1024 float32 (sum), op #3",
+                             plain);
+  EXPECT_TRUE(is<TimeoutError>(e));
+  const std::string m = message_of(e);
+  EXPECT_EQ(m.rfind("nccl: failed to complete allreduce of 1024 float32 (sum), op #3: no response "
+                    "from rank 2 within the timeout (nccl: failed to complete",
+                    0),
+            0u)
+      << m;
+  EXPECT_NE(m.find("the watchdog aborted the communicator); rank=0, size=3, timeout_ms=3000, "
+                   "missing=[2]"),
+            std::string::npos)
+      << m;
+  // This rank's note is in the store for the others.
+  std::string op;
+  const auto mine = decode_note(
+      [&] {
+        const Bytes b = store->get(failure_key("p", 0), std::chrono::milliseconds(0));
+        return std::string(b.begin(), b.end());
+      }(),
+      &op);
+  ASSERT_TRUE(mine);
+  EXPECT_EQ(mine->kind, Kind::kTimeout);
+  EXPECT_EQ(op, "complete allreduce of 1024 float32 (sum), op #3");
+
+  // A rank that saw rank 2 close its connection makes it a lost peer.
+  auto store2 = make_in_process_store();
+  c.store = store2;
+  c1.store = store2;
+  write_note(c1, note(Kind::kPeer, 2), "x");
+  e = note_and_conclude(c, Kind::kPeer, "complete x", plain);
+  EXPECT_TRUE(is<PeerError>(e));
+  EXPECT_NE(message_of(e).find("lost peer rank 2"), std::string::npos) << message_of(e);
+
+  // Alone, or without a store: the error as it was.
+  c.store = nullptr;
+  EXPECT_EQ(note_and_conclude(c, Kind::kTimeout, "x", plain), plain);
+}
+
 }  // namespace
 }  // namespace slurmddp::membership
