@@ -43,7 +43,7 @@ std::string describe_comm(slurmddp::Communicator& comm) {
                          const std::string& cause) {
   throw slurmddp::Error(
       "train: failed to use --device=" + std::string(to_string(option)) + ": " + cause +
-      "; backend=" + pg.comm().backend() + ", " + env_assignment("CUDA_VISIBLE_DEVICES") + ", " +
+      "; backend=" + pg.comm()->backend() + ", " + env_assignment("CUDA_VISIBLE_DEVICES") + ", " +
       env_assignment("SLURMDDP_BACKEND") + ", rank=" + std::to_string(pg.identity().rank) +
       ", host=" + host_name() + ", pid=" + std::to_string(getpid()));
 }
@@ -81,7 +81,7 @@ std::string ComputeDevice::describe() const {
 }
 
 ComputeDevice choose_device(DeviceOption option, slurmddp::ProcessGroup& pg) {
-  slurmddp::Communicator& comm = pg.comm();
+  slurmddp::Communicator& comm = *pg.comm();
   const bool comm_on_cuda = comm.device() == slurmddp::DeviceKind::kCuda;
 #if TRAIN_HAVE_CUDA
   if (option == DeviceOption::kCuda && !comm_on_cuda) {

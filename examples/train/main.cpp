@@ -165,10 +165,10 @@ void train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train:
                       const std::vector<slurmddp::GradParameter>& registered,
                       const slurmddp::GradSyncOptions& sync_options) {
   const auto& id = pg.identity();
-  auto& comm = pg.comm();
+  auto& comm = *pg.comm();
   const auto timeout = pg.timeout();
   // Checks that every rank built the same model, then copies rank 0's parameters.
-  slurmddp::GradSync sync(pg.communicator(), registered, sync_options);
+  slurmddp::GradSync sync(pg.comm(), registered, sync_options);
 
   slurmddp::SamplerOptions so;
   so.seed = o.seed;
@@ -198,14 +198,14 @@ void train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train:
     }
     stats[0] = model.take_loss_sum();  // on the GPU: waits for the epoch's last step
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    train::allreduce_sum(comm, stats, 2, slurmddp::DataType::kFloat64, timeout);
+    train::allreduce_sum(comm, stats, 2, timeout);
     int64_t correct[2] = {0, 0};  // correct, evaluated
     std::vector<int64_t> shard(static_cast<size_t>(test_shard.size()));
     test_shard.get(0, test_shard.size(), shard.data());
     gather(test_set, shard, &x, &y);
     correct[0] = model.count_correct(x.data(), y.data(), static_cast<int64_t>(shard.size()));
     correct[1] = static_cast<int64_t>(shard.size());
-    train::allreduce_sum(comm, correct, 2, slurmddp::DataType::kInt64, timeout);
+    train::allreduce_sum(comm, correct, 2, timeout);
     if (id.rank == 0) {
       std::printf("epoch %lld: loss %.4f test accuracy %.2f%% (%lld/%lld) %.0f samples/s\n",
                   static_cast<long long>(epoch + 1), stats[0] / std::max(stats[1], 1.0),
@@ -232,7 +232,7 @@ int run(const Options& o) {
   init.backend = train::backend_for(o.device);
   auto pg = slurmddp::init(init);
   const auto& id = pg->identity();
-  auto& comm = pg->comm();
+  auto& comm = *pg->comm();
   // Before the per-rank line, which says where this rank trains.
   const train::ComputeDevice device = train::choose_device(o.device, *pg);
   const char* host = std::getenv("SLURMD_NODENAME");

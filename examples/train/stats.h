@@ -17,5 +17,11 @@ namespace train {
 // CudaError naming the step, device and rank for CUDA failures.
 void allreduce_sum(slurmddp::Communicator& comm, void* data, size_t count, slurmddp::DataType type,
                    std::chrono::milliseconds timeout);
+// The same for an array of T (double, int64_t, ...): the type follows from it.
+template <typename T>
+void allreduce_sum(slurmddp::Communicator& comm, T* data, size_t count,
+                   std::chrono::milliseconds timeout) {
+  allreduce_sum(comm, data, count, slurmddp::data_type_of<T>, timeout);
+}
 
 }  // namespace train

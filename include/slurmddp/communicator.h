@@ -12,6 +12,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <vector>
+
+#include "slurmddp/timeout.h"
 
 namespace slurmddp {
 
@@ -23,6 +27,33 @@ size_t element_size(DataType t);
 const char* to_string(DataType t);
 const char* to_string(ReduceOp op);
 
+// Storage of the 16-bit float types for the typed calls below: the bits as
+// IEEE binary16 and bfloat16 (the runtime converts, it never computes on them).
+struct Float16 {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+// The DataType of an element type: data_type_of<float> == DataType::kFloat32.
+template <typename T>
+struct DataTypeOf;
+template <>
+struct DataTypeOf<float> : std::integral_constant<DataType, DataType::kFloat32> {};
+template <>
+struct DataTypeOf<double> : std::integral_constant<DataType, DataType::kFloat64> {};
+template <>
+struct DataTypeOf<Float16> : std::integral_constant<DataType, DataType::kFloat16> {};
+template <>
+struct DataTypeOf<BFloat16> : std::integral_constant<DataType, DataType::kBFloat16> {};
+template <>
+struct DataTypeOf<int32_t> : std::integral_constant<DataType, DataType::kInt32> {};
+template <>
+struct DataTypeOf<int64_t> : std::integral_constant<DataType, DataType::kInt64> {};
+template <typename T>
+inline constexpr DataType data_type_of = DataTypeOf<std::remove_cv_t<T>>::value;
+
 // A handle on one asynchronous operation.
 class Work {
  public:
@@ -31,8 +62,25 @@ class Work {
   // TimeoutError naming the operation, the rank and the timeout when `timeout`
   // passes first (the operation is then aborted and the communicator broken).
   virtual void wait(std::chrono::milliseconds timeout) = 0;
+  // wait() with the communicator's timeout.
+  void wait() { wait(default_timeout_); }
   // Non-blocking: true once the operation finished (successfully or not).
   virtual bool is_completed() = 0;
+  // Non-blocking and never breaking the communicator (unlike wait(0ms), which
+  // gives up on the operation): false while it runs; true once it succeeded;
+  // rethrows its error once it failed.
+  bool test() {
+    if (!is_completed()) return false;
+    wait(std::chrono::milliseconds::max());  // finished: returns or rethrows at once
+    return true;
+  }
+
+ protected:
+  explicit Work(std::chrono::milliseconds default_timeout = kDefaultTimeout)
+      : default_timeout_(default_timeout) {}
+
+ private:
+  std::chrono::milliseconds default_timeout_;
 };
 using WorkHandle = std::shared_ptr<Work>;
 
@@ -58,6 +106,37 @@ class Communicator {
   virtual WorkHandle reduce_scatter(const void* send, void* recv, size_t count, DataType type,
                                     ReduceOp op) = 0;
   virtual WorkHandle barrier() = 0;
+
+  // Typed forms of the calls above, for float, double, Float16, BFloat16,
+  // int32_t and int64_t elements: the DataType follows from the pointer.
+  template <typename T>
+  WorkHandle allreduce(T* data, size_t count, ReduceOp op = ReduceOp::kSum) {
+    return allreduce(static_cast<void*>(data), count, data_type_of<T>, op);
+  }
+  template <typename T>
+  WorkHandle allreduce(std::vector<T>& data, ReduceOp op = ReduceOp::kSum) {
+    return allreduce(data.data(), data.size(), op);
+  }
+  template <typename T>
+  WorkHandle broadcast(T* data, size_t count, int root) {
+    return broadcast(static_cast<void*>(data), count, data_type_of<T>, root);
+  }
+  template <typename T>
+  WorkHandle broadcast(std::vector<T>& data, int root) {
+    return broadcast(data.data(), data.size(), root);
+  }
+  // recv holds size() * count elements.
+  template <typename T>
+  WorkHandle allgather(const T* send, T* recv, size_t count) {
+    return allgather(static_cast<const void*>(send), static_cast<void*>(recv), count,
+                     data_type_of<T>);
+  }
+  // send holds size() * count elements.
+  template <typename T>
+  WorkHandle reduce_scatter(const T* send, T* recv, size_t count, ReduceOp op = ReduceOp::kSum) {
+    return reduce_scatter(static_cast<const void*>(send), static_cast<void*>(recv), count,
+                          data_type_of<T>, op);
+  }
 };
 
 }  // namespace slurmddp

@@ -41,6 +41,7 @@
 
 #include "slurmddp/communicator.h"
 #include "slurmddp/store.h"
+#include "slurmddp/timeout.h"
 
 namespace slurmddp {
 
@@ -62,7 +63,7 @@ struct GlooOptions {
   std::string hostname;
 
   // Bounds the rendezvous, every transfer inside Gloo and the blocking helpers.
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout{kDefaultTimeout};
 
   // Allreduce algorithm by message size (bytes; for float16 and bfloat16 the
   // float32 size):

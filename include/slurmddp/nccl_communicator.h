@@ -22,8 +22,7 @@
 //    avoid surprises. The same holds for every operation.
 //  - NCCL's unique id: rank 0 creates it and publishes it under
 //    "<prefix>/<generation>/unique_id" in `store` (every rank first records
-//    itself under "<prefix>/<generation>/join/<rank>"), or, with `bootstrap`,
-//    the callback exchanges it. The generation counts this rank's creations
+//    itself under "<prefix>/<generation>/join/<rank>"). The generation counts this rank's creations
 //    on the prefix ("<prefix>/generation/<rank>", an atomic add), so a
 //    communicator created again on the same store and prefix never reads the
 //    previous one's id; every rank must create its communicators on a prefix
@@ -85,6 +84,7 @@
 
 #include "slurmddp/communicator.h"
 #include "slurmddp/store.h"
+#include "slurmddp/timeout.h"
 
 // The type behind cudaStream_t, declared here so that this header does not
 // need the CUDA headers: a cudaStream_t converts to CudaStream and back.
@@ -101,12 +101,6 @@ using CudaEvent = CUevent_st*;
 inline constexpr size_t kNcclUniqueIdBytes = 128;
 using NcclUniqueId = std::array<uint8_t, kNcclUniqueIdBytes>;
 
-// Exchanges NCCL's unique id without the store (e.g. over PMIx). Called once on
-// every rank during creation: on rank 0 with the id it created (publish it,
-// return it); on the others with nullopt (return rank 0's id). It must return
-// or throw within the communicator's timeout.
-using NcclIdBootstrap = std::function<NcclUniqueId(const std::optional<NcclUniqueId>& root_id)>;
-
 struct NcclOptions {
   int rank = -1;
   int size = 0;
@@ -114,19 +108,18 @@ struct NcclOptions {
   // (see above).
   int device = -1;
 
-  // Rendezvous: the unique id travels through `store` under "<prefix>/...",
-  // unless `bootstrap` is set (then the store, when given too, only records
-  // who joined, for timeout messages). A single rank (size 1) needs neither.
+  // Rendezvous: the unique id travels through `store` under "<prefix>/..."
+  // (under --mpi=pmix, init() finds the store through PMIx). A single rank
+  // (size 1) needs none.
   // A prefix may be reused for later communicators (see above); after a
   // creation that failed on some ranks before they reached the store (e.g.
   // no usable GPU), use a new prefix.
   std::shared_ptr<Store> store;
-  NcclIdBootstrap bootstrap;
   std::string prefix = "slurmddp/nccl";
 
   // Bounds creation, every operation (counted from the call that issued it)
   // and the blocking helpers. Values above ten years count as ten years.
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout{kDefaultTimeout};
 
   // The stream whose queued work each operation waits for (see above);
   // nullptr: the legacy default stream. Ignored when order_after_compute_stream
@@ -227,8 +220,5 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options)
 // The NCCL surface of a communicator made by make_nccl_communicator; nullptr
 // for any other communicator.
 NcclCommunicator* as_nccl_communicator(Communicator* communicator);
-
-// The loaded NCCL library's version code, or 0 in a build without NCCL.
-int nccl_runtime_version();
 
 }  // namespace slurmddp

@@ -41,7 +41,7 @@ enum class Bootstrap { kAuto, kTcp, kPmix };
 struct InitOptions {
   Backend backend = Backend::kAuto;                  // SLURMDDP_BACKEND=gloo|nccl overrides kAuto
   Bootstrap bootstrap = Bootstrap::kAuto;            // auto: PMIx when PMIX_RANK is set, else TCP
-  std::optional<std::chrono::milliseconds> timeout;  // default: SLURMDDP_TIMEOUT or 300 s
+  std::optional<std::chrono::milliseconds> timeout;  // default: SLURMDDP_TIMEOUT or kDefaultTimeout
   std::optional<ProcessIdentity> identity;           // default: identity_from_environment()
 };
 
@@ -49,9 +49,10 @@ class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
   virtual const ProcessIdentity& identity() const = 0;
-  virtual Communicator& comm() = 0;
-  // The same communicator, shared (e.g. for GradSync, which keeps it alive).
-  virtual std::shared_ptr<Communicator> communicator() const = 0;
+  int rank() const { return identity().rank; }
+  int size() const { return identity().world_size; }
+  // The group's communicator (shared: GradSync keeps it alive).
+  virtual const std::shared_ptr<Communicator>& comm() const = 0;
   // The rendezvous store (also usable by the application).
   virtual std::shared_ptr<Store> store() const = 0;
   virtual Bootstrap bootstrap() const = 0;
@@ -63,9 +64,5 @@ class ProcessGroup {
 };
 
 std::unique_ptr<ProcessGroup> init(const InitOptions& options = {});
-
-// Parses a duration such as "300", "30s", "500ms", "5m" (bare numbers are
-// seconds). Throws InvalidArgument naming `name` and the value.
-std::chrono::milliseconds parse_duration(const char* name, const std::string& value);
 
 }  // namespace slurmddp

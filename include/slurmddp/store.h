@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "slurmddp/timeout.h"
+
 namespace slurmddp {
 
 using Bytes = std::vector<uint8_t>;
@@ -62,6 +64,19 @@ class Store {
   // Deletes `key`; returns whether it existed. Blocked get/wait calls on it keep
   // waiting for a later set.
   virtual bool erase(const std::string& key) = 0;
+
+  // Text forms of set and get (the bytes of the string, no terminator).
+  void set(const std::string& key, const std::string& value) {
+    set(key, Bytes(value.begin(), value.end()));
+  }
+  void set(const std::string& key, const char* value) { set(key, std::string(value)); }
+  std::string get_string(const std::string& key, Millis timeout) {
+    const Bytes b = get(key, timeout);
+    return std::string(b.begin(), b.end());
+  }
+  // get() and wait() with kDefaultTimeout.
+  Bytes get(const std::string& key) { return get(key, kDefaultTimeout); }
+  void wait(const std::vector<std::string>& keys) { wait(keys, kDefaultTimeout); }
 };
 
 // Blocks until all `world_size` ranks have entered the barrier `name` (use a

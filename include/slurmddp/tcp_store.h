@@ -27,6 +27,7 @@
 #include <string>
 
 #include "slurmddp/store.h"
+#include "slurmddp/timeout.h"
 
 namespace slurmddp {
 
@@ -119,7 +120,7 @@ struct TcpStoreOptions {
   std::string token;
   // How long to keep trying to connect (retrying with exponential backoff),
   // and the deadline of every non-blocking request (set, add, ...).
-  Millis timeout{std::chrono::minutes(5)};
+  Millis timeout{kDefaultTimeout};
   // With is_server: how long destroying the store keeps serving the other
   // ranks still connected, so that they can finish their last requests (the
   // last barrier's reply, a timeout diagnosis) instead of losing the server

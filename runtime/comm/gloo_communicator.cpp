@@ -460,7 +460,7 @@ size_t GlooCommunicator::checked_bytes(const char* verb, size_t count, DataType 
 WorkHandle GlooCommunicator::submit(const std::string& what, std::function<void()> run) {
   std::unique_lock<std::mutex> lock(queue_mutex_);
   const std::string described = what + ", op #" + std::to_string(++issued_);
-  auto work = std::make_shared<comm::GlooWork>(described, rank_, state_);
+  auto work = std::make_shared<comm::GlooWork>(described, rank_, state_, timeout_);
   if (auto error = state_->error()) {
     lock.unlock();
     work->finish(error);

@@ -17,8 +17,9 @@ std::exception_ptr BreakState::error() const {
   return error_;
 }
 
-GlooWork::GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state)
-    : what_(std::move(what)), rank_(rank), state_(std::move(state)) {}
+GlooWork::GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state,
+                   std::chrono::milliseconds default_timeout)
+    : Work(default_timeout), what_(std::move(what)), rank_(rank), state_(std::move(state)) {}
 
 void GlooWork::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(m_);

@@ -42,7 +42,9 @@ class BreakState {
 class GlooWork final : public Work {
  public:
   // `what` names the operation in messages ("allreduce 1024 float32 ... op #3").
-  GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state);
+  GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state,
+           std::chrono::milliseconds default_timeout);
+  using Work::wait;
 
   // See Work::wait. A timeout breaks the communicator with a TimeoutError
   // naming the ranks that did not report (after the diagnosis grace period),

@@ -511,7 +511,7 @@ WorkHandle NcclCommunicatorImpl::issue(const std::string& what, size_t count,
                                        const After& after) {
   check_usable();
   if (count == 0) {
-    return std::make_shared<NcclWork>(what, 0, state_, nullptr, Clock::now());
+    return std::make_shared<NcclWork>(what, 0, state_, nullptr, Clock::now(), timeout_);
   }
   cuda_util::ScopedDevice guard(device_, kNcclComponent, where_);
   std::lock_guard<std::mutex> lock(state_->nccl_mutex());
@@ -535,7 +535,7 @@ WorkHandle NcclCommunicatorImpl::issue(const std::string& what, size_t count,
   cudaEvent_t end = nullptr;
   cudaError_t e = cudaEventCreateWithFlags(&end, cudaEventDisableTiming);
   if (e != cudaSuccess) fail_cuda("cudaEventCreateWithFlags", e);
-  auto work = std::make_shared<NcclWork>(described, seq, state_, end, issued);
+  auto work = std::make_shared<NcclWork>(described, seq, state_, end, issued, timeout_);
 
   // Note [Stream order]: the collective reads what earlier kernels wrote, so
   // our stream first waits (on the GPU) for them: by default for the work
@@ -764,10 +764,10 @@ std::unique_ptr<Communicator> comm::make_nccl_communicator(
         "timeout_ms=" +
         std::to_string(options.timeout.count()) + ", " + where);
   }
-  if (options.size > 1 && !options.store && !options.bootstrap) {
+  if (options.size > 1 && !options.store) {
     throw InvalidArgument(
-        "nccl: failed to create a communicator: NcclOptions needs a store or "
-        "a bootstrap callback to share NCCL's unique id; " +
+        "nccl: failed to create a communicator: NcclOptions needs a store to "
+        "share NCCL's unique id; " +
         where);
   }
   if (options.store && options.prefix.empty()) {
@@ -791,9 +791,5 @@ NcclCommunicator* as_nccl_communicator(Communicator* communicator) {
   return dynamic_cast<NcclCommunicator*>(communicator);
 }
 
-int nccl_runtime_version() {
-  int v = 0;
-  return ncclGetVersion(&v) == ncclSuccess ? v : 0;
-}
 
 }  // namespace slurmddp

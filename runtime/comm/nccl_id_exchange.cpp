@@ -59,17 +59,10 @@ void NcclIdExchange::announce() {
 NcclUniqueId NcclIdExchange::exchange(const std::function<NcclUniqueId()>& create_root_id) {
   const bool root = options_.rank == 0;
   const NcclUniqueId id = root ? create_root_id() : NcclUniqueId{};
-  if (options_.bootstrap) {
-    const NcclUniqueId got =
-        options_.bootstrap(root ? std::optional<NcclUniqueId>(id) : std::nullopt);
-    return root ? id : got;
-  }
   if (!options_.store) {
     if (options_.size == 1) return id;
-    throw InvalidArgument(
-        "nccl: failed to exchange NCCL's unique id: NcclOptions has neither "
-        "a store nor a bootstrap callback; " +
-        where_);
+    throw InvalidArgument("nccl: failed to exchange NCCL's unique id: NcclOptions has no store; " +
+                          where_);
   }
   announce();  // no-op when done already: the id must live under this generation
   const std::string id_key = key(name_);

@@ -36,8 +36,8 @@ class NcclIdExchange {
   // store is given (Membership::announce). Call once, before exchange().
   void announce();
 
-  // Rank 0 calls `create_root_id` and publishes its result (through the
-  // bootstrap callback, or under "<prefix>/<generation>/unique_id"); the
+  // Rank 0 calls `create_root_id` and publishes its result under the group's
+  // key ("<prefix>/<generation>/unique_id"); the
   // others wait for it (until the deadline: TimeoutError with diagnosis()),
   // check rank 0's world size (InvalidArgument naming both) and return it.
   NcclUniqueId exchange(const std::function<NcclUniqueId()>& create_root_id);

@@ -18,6 +18,4 @@ std::unique_ptr<Communicator> comm::make_nccl_communicator(
 
 NcclCommunicator* as_nccl_communicator(Communicator* /*communicator*/) { return nullptr; }
 
-int nccl_runtime_version() { return 0; }
-
 }  // namespace slurmddp

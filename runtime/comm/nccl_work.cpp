@@ -117,8 +117,14 @@ bool NcclState::idle() const {
 }
 
 NcclWork::NcclWork(std::string what, uint64_t seq, std::shared_ptr<NcclState> state,
-                   cudaEvent_t end, Clock::time_point issued)
-    : what_(std::move(what)), seq_(seq), state_(std::move(state)), end_(end), issued_(issued) {
+                   cudaEvent_t end, Clock::time_point issued,
+                   std::chrono::milliseconds default_timeout)
+    : Work(default_timeout),
+      what_(std::move(what)),
+      seq_(seq),
+      state_(std::move(state)),
+      end_(end),
+      issued_(issued) {
   if (end_ == nullptr) done_.store(true);
 }
 

@@ -107,7 +107,8 @@ class NcclWork final : public Work {
   // `end` (owned from now on) is recorded after the operation; null with seq 0
   // for an operation with nothing to do (already complete).
   NcclWork(std::string what, uint64_t seq, std::shared_ptr<NcclState> state, cudaEvent_t end,
-           Clock::time_point issued);
+           Clock::time_point issued, std::chrono::milliseconds default_timeout);
+  using Work::wait;
   ~NcclWork() override;
   NcclWork(const NcclWork&) = delete;
   NcclWork& operator=(const NcclWork&) = delete;

@@ -1,9 +1,10 @@
 // parse_duration on its own, so that the parsers of outside input build and
 // fuzz without the rest of the process group.
+#include "group/duration.h"
+
 #include <string>
 
 #include "slurmddp/error.h"
-#include "slurmddp/process_group.h"
 
 namespace slurmddp {
 

@@ -6,6 +6,7 @@
 
 #include "comm/over_membership.h"
 #include "common/log.h"
+#include "group/duration.h"
 #include "membership/membership.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
@@ -27,7 +28,6 @@ namespace slurmddp {
 namespace {
 
 const char* const kComponent = "init";
-constexpr std::chrono::milliseconds kDefaultTimeout{std::chrono::seconds(300)};
 
 std::optional<std::string> getenv_opt(const char* name) {
   const char* v = std::getenv(name);
@@ -54,8 +54,7 @@ class Group : public ProcessGroup {
     comm_.reset();  // before the store (unless shared elsewhere): it may still use the store
   }
   const ProcessIdentity& identity() const override { return id_; }
-  Communicator& comm() override { return *comm_; }
-  std::shared_ptr<Communicator> communicator() const override { return comm_; }
+  const std::shared_ptr<Communicator>& comm() const override { return comm_; }
   std::shared_ptr<Store> store() const override { return store_; }
   Bootstrap bootstrap() const override { return bootstrap_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }

@@ -18,10 +18,10 @@
 #include "common/log.h"
 #include "error.h"
 #include "fuzz_util.h"
+#include "group/duration.h"
 #include "parse.h"
 #include "rendezvous.h"
 #include "slurmddp/error.h"
-#include "slurmddp/process_group.h"
 
 namespace {
 

@@ -63,11 +63,11 @@ TEST(InitNccl, OneRankGetsTheNcclCommunicatorOnItsLocalDevice) {
 
   std::unique_ptr<ProcessGroup> pg = init();
   ASSERT_NE(pg, nullptr);
-  EXPECT_STREQ(pg->comm().backend(), "nccl");
-  EXPECT_EQ(pg->comm().device(), DeviceKind::kCuda);
+  EXPECT_STREQ(pg->comm()->backend(), "nccl");
+  EXPECT_EQ(pg->comm()->device(), DeviceKind::kCuda);
   ASSERT_TRUE(pg->identity().local_device.has_value());
   EXPECT_EQ(*pg->identity().local_device, device);
-  NcclCommunicator* nccl = as_nccl_communicator(pg->communicator().get());
+  NcclCommunicator* nccl = as_nccl_communicator(pg->comm().get());
   ASSERT_NE(nccl, nullptr) << "init() did not build the NCCL communicator";
   EXPECT_EQ(nccl->cuda_device(), device) << "not the device SLURMDDP_LOCAL_DEVICE names";
 
@@ -78,7 +78,7 @@ TEST(InitNccl, OneRankGetsTheNcclCommunicatorOnItsLocalDevice) {
   void* buf = nullptr;
   ASSERT_EQ(cudaMalloc(&buf, host.size() * 4), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(buf, host.data(), host.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  pg->comm().allreduce(buf, host.size(), DataType::kFloat32, ReduceOp::kSum)->wait(pg->timeout());
+  pg->comm()->allreduce(buf, host.size(), DataType::kFloat32, ReduceOp::kSum)->wait(pg->timeout());
   std::vector<float> got(host.size(), -1.0f);
   ASSERT_EQ(cudaMemcpy(got.data(), buf, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(got, host);

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
                    expect_world, id.world_size, id.rank);
       return 2;
     }
-    auto& comm = pg->comm();
+    auto& comm = *pg->comm();
     const int n = 1000, w = id.world_size;
     std::vector<float> f(n);
     std::vector<int64_t> m(n);

@@ -166,30 +166,6 @@ TEST(NcclIdExchange, AValueOfTheWrongSizeIsAProtocolError) {
   }
 }
 
-TEST(NcclIdExchange, BootstrapCallbackCarriesTheIdAndTheStoreOnlyTheJoins) {
-  auto store = make_in_process_store();
-  std::promise<NcclUniqueId> published;
-  auto shared = published.get_future().share();
-  auto bootstrap_for = [&](int rank) {
-    NcclOptions o = options(store, rank, 2);
-    o.bootstrap = [&, rank](const std::optional<NcclUniqueId>& root) {
-      if (rank == 0) {
-        published.set_value(*root);
-        return *root;
-      }
-      return shared.get();
-    };
-    return o;
-  };
-  const NcclOptions o1 = bootstrap_for(1);
-  auto r1 = std::async(std::launch::async, [&] { return join(o1, {}); });
-  const NcclOptions o0 = bootstrap_for(0);
-  EXPECT_EQ(join(o0, id_of(7)), id_of(7));
-  EXPECT_EQ(r1.get(), id_of(7));
-  EXPECT_FALSE(store->check({"t/nccl/1/unique_id"}));
-  EXPECT_TRUE(store->check({"t/nccl/1/join/0", "t/nccl/1/join/1"}));
-}
-
 TEST(NcclIdExchange, OneRankNeedsNoStore) {
   NcclOptions o;
   o.rank = 0;
