@@ -56,6 +56,7 @@
 #include "common/log.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
+#include "slurmddp/tcp_store_limits.h"
 #include "store/auth.h"
 #include "store/kv_table.h"
 #include "store/socket.h"
