@@ -59,6 +59,8 @@
 #include "slurmddp/tcp_store_limits.h"
 #include "store/auth.h"
 #include "store/kv_table.h"
+#include "store/refusal.h"
+#include "store/server_handshake.h"
 #include "store/socket.h"
 #include "store/wire.h"
 
@@ -68,6 +70,8 @@ namespace {
 
 using store::Clock;
 using store::Fd;
+using store::Refusal;
+using store::refusal_name;
 using store::Value;
 namespace wire = store::wire;
 namespace auth = store::auth;
@@ -83,39 +87,6 @@ constexpr size_t kReadBudget = 1 << 20;
 constexpr int kAcceptBatch = 256;
 constexpr int kLogBurst = 16;
 constexpr Millis kAcceptPause{100};
-
-enum class Refusal : int {
-  kMalformed,
-  kOversized,
-  kNoToken,
-  kWrongToken,
-  kHandshakeTimeout,
-  kStalled,
-  kOverCapacity,
-  kCount,
-};
-
-const char* refusal_name(Refusal r) {
-  switch (r) {
-    case Refusal::kMalformed:
-      return "malformed";
-    case Refusal::kOversized:
-      return "oversized";
-    case Refusal::kNoToken:
-      return "no-token";
-    case Refusal::kWrongToken:
-      return "wrong-token";
-    case Refusal::kHandshakeTimeout:
-      return "handshake-timeout";
-    case Refusal::kStalled:
-      return "stalled";
-    case Refusal::kOverCapacity:
-      return "over-capacity";
-    case Refusal::kCount:
-      break;
-  }
-  return "?";
-}
 
 // One queued piece of output: bytes the connection owns, or a stored value it
 // shares with the table.
@@ -133,9 +104,7 @@ struct Conn {
   sockaddr_storage addr{};  // the peer, formatted only when logged
   socklen_t addr_len = 0;
   bool authenticated = false;
-  bool awaiting_proof = false;  // sent the server hello, waiting for the client's proof
-  auth::Nonce client_nonce{};
-  auth::Nonce server_nonce{};
+  store::ServerHandshake handshake;  // until authenticated
   std::string peer() const {
     return store::format_address(reinterpret_cast<const sockaddr*>(&addr), addr_len);
   }
@@ -566,76 +535,30 @@ bool TcpStoreServer::Impl::on_frame(Conn& c, const uint8_t* frame, size_t size) 
   return on_request(c, req);
 }
 
-// The server's side of the handshake (Note [Store wire protocol]).
+// The server's side of the handshake (Note [Store wire protocol]): the frame's
+// outcome, applied to the connection.
 bool TcpStoreServer::Impl::on_handshake(Conn& c, const wire::Header& h, const uint8_t* payload,
                                         size_t n) {
-  using wire::Type;
-  const Type expected = c.awaiting_proof ? Type::kClientProof : Type::kClientHello;
-  if (c.awaiting_proof && h.type == Type::kAuthAbort) {
-    wire::AbortReason why{};
-    if (!wire::decode_auth_abort(payload, n, &why)) {
-      refuse(c, Refusal::kMalformed, "sent a malformed auth-abort");
-    } else if (why == wire::AbortReason::kNoToken) {
-      refuse(c, Refusal::kNoToken,
-             "the server requires a token and the client has none (SLURMDDP_TOKEN unset on that "
-             "rank?)");
-    } else {
-      refuse(c, Refusal::kWrongToken,
-             "the client found that the server's proof does not match its token (a different "
-             "SLURMDDP_TOKEN)");
-    }
-    return false;
-  }
-  if (h.type != expected) {
-    refuse(c, Refusal::kMalformed,
-           std::string("sent a ") + wire::type_name(h.type) + " frame where a " +
-               wire::type_name(expected) + " belongs");
-    return false;
-  }
-  if (!c.awaiting_proof) {
-    if (!wire::decode_client_hello(payload, n, &c.client_nonce)) {
-      refuse(c, Refusal::kMalformed, "sent a malformed client hello");
-      return false;
-    }
-    c.server_nonce = auth::random_nonce();
-    wire::Writer w(Type::kServerHello, h.id);
-    w.u8(opts.token.empty() ? 0 : 1);
-    w.raw(c.server_nonce.data(), c.server_nonce.size());
-    if (!opts.token.empty()) {
-      auth::Proof mine = prover->server_proof(c.client_nonce, c.server_nonce);
-      w.raw(mine.data(), mine.size());
-    }
-    send(c, w.finish());
-    if (opts.token.empty()) {
+  store::ServerHandshake::Step step = c.handshake.on_frame(prover.get(), h, payload, n);
+  const bool replied = !step.reply.empty();
+  if (replied) send(c, std::move(step.reply));
+  switch (step.result) {
+    case store::ServerHandshake::Step::kContinue:
+      return true;
+    case store::ServerHandshake::Step::kAuthenticated:
       authenticate(c);
-    } else {
-      c.awaiting_proof = true;
-    }
-    return true;
+      return true;
+    case store::ServerHandshake::Step::kRefused:
+      // A refusal the client is told about goes out before the connection closes.
+      if (!replied || flush(c)) refuse(c, step.why, step.detail);
+      return false;
   }
-  auth::Proof proof{};
-  if (!wire::decode_client_proof(payload, n, &proof)) {
-    refuse(c, Refusal::kMalformed, "sent a malformed client proof");
-    return false;
-  }
-  if (!auth::equal(proof, prover->client_proof(c.server_nonce, c.client_nonce))) {
-    const std::string msg =
-        "the client's proof does not match the server's token (a different SLURMDDP_TOKEN, or "
-        "a replayed handshake)";
-    wire::Writer w(Type::kAuthRefused, h.id);
-    w.u8(static_cast<uint8_t>(wire::RefuseReason::kWrongProof));
-    w.str(msg);
-    send(c, w.finish());
-    if (flush(c)) refuse(c, Refusal::kWrongToken, msg);
-    return false;
-  }
-  authenticate(c);
-  return true;
+  return false;
 }
 
+// The handshake is done: the connection is a client from now on.
 void TcpStoreServer::Impl::authenticate(Conn& c) {
   c.authenticated = true;
-  c.awaiting_proof = false;
   unauthenticated.erase(c.id);
   timers.erase(Timer{c.handshake_due, TimerKind::kHandshake, c.id});
   counters.authenticated.fetch_add(1, std::memory_order_relaxed);
