@@ -1,6 +1,7 @@
 // The TCP store server: one thread, epoll (level-triggered), non-blocking
-// sockets. Blocked get/wait requests are parked here and answered when their
-// keys appear or their deadline passes; clients never poll.
+// sockets. Blocked get/wait requests are parked in the state (server_state.h)
+// and answered when their keys appear or their deadline passes; clients never
+// poll.
 //
 // Note [Store server bounds]
 // Nothing a client sends can make the server allocate more than it has
@@ -51,7 +52,6 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "common/log.h"
 #include "slurmddp/error.h"
@@ -61,6 +61,7 @@
 #include "store/kv_table.h"
 #include "store/refusal.h"
 #include "store/server_handshake.h"
+#include "store/server_state.h"
 #include "store/socket.h"
 #include "store/wire.h"
 
@@ -122,21 +123,11 @@ struct Conn {
   size_t out_bytes = 0;  // unsent bytes, owned and shared
   bool dirty = false;    // listed in Impl::dirty
   uint32_t epoll_events = 0;
-  std::unordered_set<uint64_t> waiters;
   size_t accounted = 0;  // this connection's share of Impl::buffered
 };
 
-struct Waiter {
-  uint64_t conn = 0;
-  uint32_t request = 0;
-  wire::Type type{};
-  std::vector<std::string> keys;
-  std::vector<std::string> registered;  // keys whose Impl::waiting_on sets hold us
-  Clock::time_point deadline;
-  int64_t joined = 0;  // kJoin: the count the reply carries
-};
-
-enum class TimerKind : uint8_t { kHandshake, kStall, kWaiter, kResumeAccept };
+// The loop's own timers; the deadlines of parked requests are the state's.
+enum class TimerKind : uint8_t { kHandshake, kStall, kResumeAccept };
 using Timer = std::tuple<Clock::time_point, TimerKind, uint64_t>;
 
 }  // namespace
@@ -153,6 +144,7 @@ struct TcpStoreServer::Impl {
   void on_readable(Conn& c);
   void on_writable(Conn& c);
   void on_timer(const Timer& t);
+  void fire_timers(Clock::time_point now);
 
   // Input.
   size_t consume(Conn& c, const uint8_t* p, size_t n, bool* alive);
@@ -161,14 +153,6 @@ struct TcpStoreServer::Impl {
   bool on_frame(Conn& c, const uint8_t* frame, size_t size);
   bool on_handshake(Conn& c, const wire::Header& h, const uint8_t* payload, size_t n);
   void authenticate(Conn& c);
-  bool on_request(Conn& c, wire::Request& req);
-
-  // Parking.
-  void park(Conn& c, wire::Request& req);
-  void wake(const std::string& key);
-  void finish_waiter(uint64_t wid, bool timed_out);
-  void unregister(uint64_t wid, Waiter& w);
-  void drop_waiter(uint64_t wid);
 
   // Output.
   void send(Conn& c, std::vector<uint8_t> frame);
@@ -178,6 +162,19 @@ struct TcpStoreServer::Impl {
   bool flush(Conn& c);
   void update_events(Conn& c);
   bool over_water(const Conn& c) const { return c.out_bytes >= opts.output_high_water; }
+
+  // Queues the state's answers on their connections.
+  struct Answers final : store::Replies {
+    explicit Answers(Impl* owner) : impl(owner) {}
+    void ok(uint64_t conn, uint32_t request) override;
+    void value(uint64_t conn, uint32_t request, const Value& v) override;
+    void integer(uint64_t conn, uint32_t request, int64_t n) override;
+    void boolean(uint64_t conn, uint32_t request, bool b) override;
+    void timeout(uint64_t conn, uint32_t request, const std::vector<uint32_t>& missing) override;
+    void error(uint64_t conn, uint32_t request, wire::ErrorCode code,
+               const std::string& message) override;
+    Impl* impl;
+  };
 
   // Lifetime.
   void count_refusal(Refusal why, const std::string& peer, const std::string& detail);
@@ -204,14 +201,11 @@ struct TcpStoreServer::Impl {
   std::condition_variable drained;
 
   // Loop-thread state.
-  store::KvTable table;
-  const Value mark = std::make_shared<const Bytes>(Bytes{'1'});  // barrier keys hold "1"
+  Answers answers{this};
+  store::ServerState state{opts.max_parked_per_connection, &answers};
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
   std::set<uint64_t> unauthenticated;  // ids ascend with age: begin() is the oldest
   uint64_t next_conn = kFirstConnId;
-  std::unordered_map<uint64_t, Waiter> waiters;
-  std::unordered_map<std::string, std::unordered_set<uint64_t>> waiting_on;
-  uint64_t next_waiter = 1;
   std::set<Timer> timers;
   std::vector<uint64_t> dirty;    // connections with output to flush
   std::vector<uint64_t> resumed;  // connections back under their output bound
@@ -268,8 +262,9 @@ void TcpStoreServer::Impl::start() {
 void TcpStoreServer::Impl::run() {
   std::array<epoll_event, 256> events{};
   while (!stopping.load(std::memory_order_relaxed)) {
-    int timeout = -1;
-    if (!timers.empty()) timeout = store::poll_timeout(std::get<0>(*timers.begin()));
+    Clock::time_point next = state.next_deadline();
+    if (!timers.empty()) next = std::min(next, std::get<0>(*timers.begin()));
+    const int timeout = next == Clock::time_point::max() ? -1 : store::poll_timeout(next);
     int n = epoll_wait(epoll_fd.get(), events.data(), static_cast<int>(events.size()), timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -289,12 +284,7 @@ void TcpStoreServer::Impl::run() {
         if ((c = find(id)) != nullptr && (ev & EPOLLOUT)) on_writable(*c);
       }
     }
-    const auto now = Clock::now();
-    while (!timers.empty() && std::get<0>(*timers.begin()) <= now) {
-      Timer t = *timers.begin();
-      timers.erase(timers.begin());
-      on_timer(t);
-    }
+    fire_timers(Clock::now());
     // Published before the replies go out as well, so that a client that
     // sees a reply sees counters at least as new as it.
     publish();
@@ -532,7 +522,8 @@ bool TcpStoreServer::Impl::on_frame(Conn& c, const uint8_t* frame, size_t size) 
     return false;
   }
   counters.requests.fetch_add(1, std::memory_order_relaxed);
-  return on_request(c, req);
+  state.handle(c.id, std::move(req), Clock::now());
+  return true;
 }
 
 // The server's side of the handshake (Note [Store wire protocol]): the frame's
@@ -564,197 +555,30 @@ void TcpStoreServer::Impl::authenticate(Conn& c) {
   counters.authenticated.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool TcpStoreServer::Impl::on_request(Conn& c, wire::Request& req) {
-  using wire::Type;
-  const std::string& key = req.keys.empty() ? std::string() : req.keys[0];
-  switch (req.type) {
-    case Type::kSet: {
-      table.set(key, std::make_shared<const Bytes>(std::move(req.value)));
-      send(c, wire::Writer(Type::kOk, req.id).finish());
-      wake(key);
-      break;
-    }
-    case Type::kGet: {
-      if (Value v = table.find(key)) {
-        send_value(c, req.id, v);
-      } else {
-        park(c, req);
-      }
-      break;
-    }
-    case Type::kAdd: {
-      try {
-        int64_t v = table.add(key, req.number);
-        wire::Writer w(Type::kInt, req.id);
-        w.i64(v);
-        send(c, w.finish());
-        wake(key);
-      } catch (const InvalidArgument& e) {
-        send_error(c, req.id, wire::ErrorCode::kInvalidArgument, e.what());
-      }
-      break;
-    }
-    case Type::kCompareSet: {
-      bool changed = false;
-      Value v = table.compare_set(key, req.expected,
-                                  std::make_shared<const Bytes>(std::move(req.value)), &changed);
-      send_value(c, req.id, v);
-      if (changed) wake(key);
-      break;
-    }
-    case Type::kWait: {
-      if (table.missing(req.keys).empty()) {
-        send(c, wire::Writer(Type::kOk, req.id).finish());
-      } else {
-        park(c, req);
-      }
-      break;
-    }
-    case Type::kCheck: {
-      wire::Writer w(Type::kBool, req.id);
-      w.u8(table.missing(req.keys).empty() ? 1 : 0);
-      send(c, w.finish());
-      break;
-    }
-    case Type::kErase: {
-      wire::Writer w(Type::kBool, req.id);
-      w.u8(table.erase(key) ? 1 : 0);
-      send(c, w.finish());
-      break;
-    }
-    case Type::kJoin: {
-      // Note [Barrier join]: store_barrier's steps, on this side.
-      const std::string& count_key = req.keys[1];
-      const std::string& done_key = req.keys[2];
-      table.set(key, mark);
-      wake(key);
-      int64_t joined = 0;
-      try {
-        joined = table.add(count_key, 1);
-      } catch (const InvalidArgument& e) {
-        send_error(c, req.id, wire::ErrorCode::kInvalidArgument, e.what());
-        break;
-      }
-      wake(count_key);
-      if (joined == req.world) {
-        table.set(done_key, mark);
-        wake(done_key);
-      }
-      if (joined >= req.world || table.contains(done_key)) {
-        wire::Writer w(Type::kInt, req.id);
-        w.i64(joined);
-        send(c, w.finish());
-      } else {
-        req.keys = {done_key};
-        req.world = joined;  // what the reply will carry
-        park(c, req);
-      }
-      break;
-    }
-    default:
-      break;  // decode_request accepts requests only
-  }
-  return true;
-}
-
-void TcpStoreServer::Impl::park(Conn& c, wire::Request& req) {
-  if (req.number == 0) {  // "check once"
-    send_timeout(c, req.id, table.missing(req.keys));
-    return;
-  }
-  if (c.waiters.size() >= opts.max_parked_per_connection) {
-    send_error(c, req.id, wire::ErrorCode::kBusy,
-               "store: failed to park the request: too many blocked requests on one connection; "
-               "limit=" +
-                   std::to_string(opts.max_parked_per_connection));
-    return;
-  }
-  uint64_t wid = next_waiter++;
-  Waiter& w = waiters[wid];
-  w.conn = c.id;
-  w.request = req.id;
-  w.type = req.type;
-  w.keys = std::move(req.keys);
-  w.joined = req.world;
-  w.deadline = Clock::now() + store::clamp_timeout(Millis(req.number));
-  for (uint32_t i : table.missing(w.keys)) {
-    waiting_on[w.keys[i]].insert(wid);
-    w.registered.push_back(w.keys[i]);
-  }
-  c.waiters.insert(wid);
-  timers.emplace(w.deadline, TimerKind::kWaiter, wid);
-}
-
-void TcpStoreServer::Impl::unregister(uint64_t wid, Waiter& w) {
-  for (const auto& k : w.registered) {
-    auto it = waiting_on.find(k);
-    if (it == waiting_on.end()) continue;
-    it->second.erase(wid);
-    if (it->second.empty()) waiting_on.erase(it);
-  }
-  w.registered.clear();
-}
-
-void TcpStoreServer::Impl::wake(const std::string& key) {
-  auto it = waiting_on.find(key);
-  if (it == waiting_on.end()) return;
-  std::unordered_set<uint64_t> woken = std::move(it->second);
-  waiting_on.erase(it);
-  for (uint64_t wid : woken) {
-    auto w = waiters.find(wid);
-    if (w == waiters.end()) continue;
-    unregister(wid, w->second);
-    std::vector<uint32_t> missing = table.missing(w->second.keys);
-    if (missing.empty()) {
-      finish_waiter(wid, false);
-    } else {
-      // Some key was erased since: keep waiting for it (Store::erase contract).
-      for (uint32_t i : missing) {
-        waiting_on[w->second.keys[i]].insert(wid);
-        w->second.registered.push_back(w->second.keys[i]);
+// Fires the loop's timers and the state's deadlines that are due, in the order
+// of their time; at the same instant, handshake and stall timers come before
+// deadlines, and deadlines before resuming accept.
+void TcpStoreServer::Impl::fire_timers(Clock::time_point now) {
+  for (;;) {
+    const Clock::time_point deadline = state.next_deadline();
+    if (!timers.empty()) {
+      const Timer t = *timers.begin();
+      const Clock::time_point at = std::get<0>(t);
+      if (at <= now &&
+          (at < deadline || (at == deadline && std::get<1>(t) != TimerKind::kResumeAccept))) {
+        timers.erase(timers.begin());
+        on_timer(t);
+        continue;
       }
     }
+    if (deadline > now) break;
+    state.expire_next();
   }
-}
-
-// Answers a parked request and forgets it.
-void TcpStoreServer::Impl::finish_waiter(uint64_t wid, bool timed_out) {
-  auto it = waiters.find(wid);
-  if (it == waiters.end()) return;
-  Waiter w = std::move(it->second);
-  unregister(wid, w);
-  waiters.erase(it);
-  timers.erase(Timer{w.deadline, TimerKind::kWaiter, wid});
-  Conn* c = find(w.conn);
-  if (c == nullptr) return;
-  c->waiters.erase(wid);
-  if (timed_out) {
-    send_timeout(*c, w.request, table.missing(w.keys));
-  } else if (w.type == wire::Type::kGet) {
-    send_value(*c, w.request, table.find(w.keys[0]));
-  } else if (w.type == wire::Type::kJoin) {
-    wire::Writer out(wire::Type::kInt, w.request);
-    out.i64(w.joined);
-    send(*c, out.finish());
-  } else {
-    send(*c, wire::Writer(wire::Type::kOk, w.request).finish());
-  }
-}
-
-void TcpStoreServer::Impl::drop_waiter(uint64_t wid) {
-  auto it = waiters.find(wid);
-  if (it == waiters.end()) return;
-  unregister(wid, it->second);
-  timers.erase(Timer{it->second.deadline, TimerKind::kWaiter, wid});
-  waiters.erase(it);
 }
 
 void TcpStoreServer::Impl::on_timer(const Timer& t) {
   const uint64_t id = std::get<2>(t);
   switch (std::get<1>(t)) {
-    case TimerKind::kWaiter:
-      finish_waiter(id, true);
-      break;
     case TimerKind::kResumeAccept: {
       if (!spare_fd.valid()) spare_fd = Fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
       epoll_event ev{};
@@ -892,6 +716,40 @@ void TcpStoreServer::Impl::on_writable(Conn& c) {
   flush(c);
 }
 
+void TcpStoreServer::Impl::Answers::ok(uint64_t conn, uint32_t request) {
+  if (Conn* c = impl->find(conn)) impl->send(*c, wire::Writer(wire::Type::kOk, request).finish());
+}
+
+void TcpStoreServer::Impl::Answers::value(uint64_t conn, uint32_t request, const Value& v) {
+  if (Conn* c = impl->find(conn)) impl->send_value(*c, request, v);
+}
+
+void TcpStoreServer::Impl::Answers::integer(uint64_t conn, uint32_t request, int64_t n) {
+  if (Conn* c = impl->find(conn)) {
+    wire::Writer w(wire::Type::kInt, request);
+    w.i64(n);
+    impl->send(*c, w.finish());
+  }
+}
+
+void TcpStoreServer::Impl::Answers::boolean(uint64_t conn, uint32_t request, bool b) {
+  if (Conn* c = impl->find(conn)) {
+    wire::Writer w(wire::Type::kBool, request);
+    w.u8(b ? 1 : 0);
+    impl->send(*c, w.finish());
+  }
+}
+
+void TcpStoreServer::Impl::Answers::timeout(uint64_t conn, uint32_t request,
+                                            const std::vector<uint32_t>& missing) {
+  if (Conn* c = impl->find(conn)) impl->send_timeout(*c, request, missing);
+}
+
+void TcpStoreServer::Impl::Answers::error(uint64_t conn, uint32_t request, wire::ErrorCode code,
+                                          const std::string& message) {
+  if (Conn* c = impl->find(conn)) impl->send_error(*c, request, code, message);
+}
+
 void TcpStoreServer::Impl::refuse(Conn& c, Refusal why, const std::string& detail) {
   count_refusal(why, c.peer(), detail);
   close_conn(c);
@@ -915,7 +773,7 @@ void TcpStoreServer::Impl::count_refusal(Refusal why, const std::string& peer,
 }
 
 void TcpStoreServer::Impl::close_conn(Conn& c) {
-  for (uint64_t wid : c.waiters) drop_waiter(wid);
+  state.drop_connection(c.id);
   unauthenticated.erase(c.id);
   timers.erase(Timer{c.handshake_due, TimerKind::kHandshake, c.id});
   if (c.stall_armed) timers.erase(Timer{c.stall_due, TimerKind::kStall, c.id});
@@ -937,8 +795,8 @@ void TcpStoreServer::Impl::account(Conn& c) {
 void TcpStoreServer::Impl::publish() {
   counters.open.store(conns.size(), std::memory_order_relaxed);
   counters.unauthenticated.store(unauthenticated.size(), std::memory_order_relaxed);
-  counters.parked.store(waiters.size(), std::memory_order_relaxed);
-  counters.keys.store(table.size(), std::memory_order_relaxed);
+  counters.parked.store(state.parked(), std::memory_order_relaxed);
+  counters.keys.store(state.keys(), std::memory_order_relaxed);
   counters.buffered.store(buffered, std::memory_order_relaxed);
   const size_t clients = conns.size() - unauthenticated.size();
   counters.clients.store(clients, std::memory_order_relaxed);
