@@ -1,5 +1,5 @@
 // Why the store server closed a connection it did not want: the handshake
-// (server_handshake.h) and the event loop (tcp_server.cpp) decide, the loop
+// (server_handshake.h) and the event loop (tcp_server.h) decide, the loop
 // logs and counts (Note [Store server logging] in tcp_server.cpp), and each
 // reason has its counter in TcpStoreServerStats.
 #pragma once

@@ -1,7 +1,7 @@
 // The server's side of a connection's handshake (Note [Store wire protocol] in
 // wire.h), without sockets: it reads the client's handshake frames and says
 // what to answer and whether the connection is now authenticated or must be
-// refused. The event loop (tcp_server.cpp) keeps one per connection until the
+// refused. The event loop (tcp_server.h) keeps one per connection until the
 // handshake completes, sends the replies and applies the outcome.
 #pragma once
 

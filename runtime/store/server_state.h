@@ -1,7 +1,7 @@
 // What the TCP store server keeps, without sockets: the key-value table, the
 // get/wait/join requests parked until their keys appear or their deadline
 // passes, and the server's side of the barrier join (Note [Barrier join] in
-// barrier_join.h). The server's event loop (tcp_server.cpp) hands it the
+// barrier_join.h). The server's event loop (tcp_server.h) hands it the
 // decoded requests of authenticated connections, fires its deadlines, and
 // queues its answers on the connections; a test drives it with a recording
 // Replies and a clock of its choosing.
