@@ -28,6 +28,7 @@
 #include "parse.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
+#include "slurmddp/tcp_store_limits.h"
 #include "store/auth.h"
 #include "store/barrier_join.h"
 #include "store/kv_table.h"

@@ -1,262 +1,43 @@
-// The TCP store server: one thread, epoll (level-triggered), non-blocking
-// sockets. Blocked get/wait requests are parked here and answered when their
-// keys appear or their deadline passes; clients never poll.
-//
-// Note [Store server bounds]
-// Nothing a client sends can make the server allocate more than it has
-// accepted as input, and what it accepts is bounded per connection:
-//  - before the handshake a connection may send one frame of at most
-//    kMaxHandshakeFrame bytes; a longer length field closes it unread, and it
-//    must finish the handshake within handshake_timeout;
-//  - at most max_unauthenticated connections may be in the handshake; each
-//    new one beyond that closes the one that has waited longest;
-//  - after it, frames are bounded by kMaxFrame and buffered only as their bytes
-//    arrive (a length field alone allocates nothing); a partial frame that
-//    makes no progress for stall_timeout closes the connection;
-//  - a connection's pending replies above output_high_water stop its reads,
-//    and at most max_parked_per_connection requests may be parked per
-//    connection; replies to get point at the stored value instead of copying it;
-//  - out of file descriptors, one spare fd lets the server accept and close
-//    the newest connection instead of spinning on EMFILE (and without the
-//    spare it stops watching the listening socket for kAcceptPause).
-// So with a token, hostile clients cost at most max_unauthenticated *
-// kMaxHandshakeFrame bytes of buffers plus their sockets. Without a token
-// anyone who connects is a client, as with torch's store.
+// The store server's event loop (see tcp_server.h for how the server is split):
+// starting and stopping it, accepting connections (and running out of file
+// descriptors), timers, refusing and closing connections, the counters, and
+// the public TcpStoreServer.
 //
 // Note [Store server logging]
 // Each refused connection is logged once, at warn, naming the peer and the
 // reason and never the token. So that a flood cannot flood the log, only the
 // first kLogBurst refusals of each reason are logged; the rest are counted
 // (TcpStoreServerStats) and summarized when the server stops.
+#include "store/tcp_server.h"
+
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <limits>
-#include <mutex>
-#include <set>
-#include <thread>
-#include <tuple>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "common/log.h"
 #include "slurmddp/error.h"
-#include "slurmddp/tcp_store.h"
-#include "store/auth.h"
-#include "store/kv_table.h"
-#include "store/socket.h"
-#include "store/wire.h"
 
 namespace slurmddp {
 
-namespace {
-
 using store::Clock;
 using store::Fd;
-using store::Value;
-namespace wire = store::wire;
-namespace auth = store::auth;
-
-constexpr const char* kComponent = "store";
-constexpr uint64_t kListenId = 1;
-constexpr uint64_t kWakeId = 2;
-constexpr uint64_t kFirstConnId = 16;
-constexpr size_t kReadChunk = 64 * 1024;
-// Bytes read from one connection per readiness event, so that one busy
-// connection cannot starve the others.
-constexpr size_t kReadBudget = 1 << 20;
-constexpr int kAcceptBatch = 256;
-constexpr int kLogBurst = 16;
-constexpr Millis kAcceptPause{100};
-
-enum class Refusal : int {
-  kMalformed,
-  kOversized,
-  kNoToken,
-  kWrongToken,
-  kHandshakeTimeout,
-  kStalled,
-  kOverCapacity,
-  kCount,
-};
-
-const char* refusal_name(Refusal r) {
-  switch (r) {
-    case Refusal::kMalformed:
-      return "malformed";
-    case Refusal::kOversized:
-      return "oversized";
-    case Refusal::kNoToken:
-      return "no-token";
-    case Refusal::kWrongToken:
-      return "wrong-token";
-    case Refusal::kHandshakeTimeout:
-      return "handshake-timeout";
-    case Refusal::kStalled:
-      return "stalled";
-    case Refusal::kOverCapacity:
-      return "over-capacity";
-    case Refusal::kCount:
-      break;
-  }
-  return "?";
-}
-
-// One queued piece of output: bytes the connection owns, or a stored value it
-// shares with the table.
-struct OutChunk {
-  std::vector<uint8_t> owned;
-  Value shared;
-  size_t offset = 0;
-  size_t size() const { return shared ? shared->size() : owned.size(); }
-  const uint8_t* data() const { return shared ? shared->data() : owned.data(); }
-};
-
-struct Conn {
-  uint64_t id = 0;
-  Fd fd;
-  sockaddr_storage addr{};  // the peer, formatted only when logged
-  socklen_t addr_len = 0;
-  bool authenticated = false;
-  bool awaiting_proof = false;  // sent the server hello, waiting for the client's proof
-  auth::Nonce client_nonce{};
-  auth::Nonce server_nonce{};
-  std::string peer() const {
-    return store::format_address(reinterpret_cast<const sockaddr*>(&addr), addr_len);
-  }
-  Clock::time_point handshake_due;
-  // Input: in[0, in_len) are received bytes not yet consumed (a partial frame,
-  // or whole frames held back while the output is over its bound).
-  std::vector<uint8_t> in;
-  size_t in_len = 0;
-  Clock::time_point last_progress;
-  Clock::time_point stall_due;
-  bool stall_armed = false;
-  bool paused = false;  // over output_high_water: neither read nor parsed
-  // Output.
-  std::deque<OutChunk> out;
-  size_t out_bytes = 0;  // unsent bytes, owned and shared
-  bool dirty = false;    // listed in Impl::dirty
-  uint32_t epoll_events = 0;
-  std::unordered_set<uint64_t> waiters;
-  size_t accounted = 0;  // this connection's share of Impl::buffered
-};
-
-struct Waiter {
-  uint64_t conn = 0;
-  uint32_t request = 0;
-  wire::Type type{};
-  std::vector<std::string> keys;
-  std::vector<std::string> registered;  // keys whose Impl::waiting_on sets hold us
-  Clock::time_point deadline;
-  int64_t joined = 0;  // kJoin: the count the reply carries
-};
-
-enum class TimerKind : uint8_t { kHandshake, kStall, kWaiter, kResumeAccept };
-using Timer = std::tuple<Clock::time_point, TimerKind, uint64_t>;
-
-}  // namespace
-
-struct TcpStoreServer::Impl {
-  explicit Impl(const TcpStoreServerOptions& o) : opts(o) {}
-  ~Impl();
-
-  void start();
-  void run();
-
-  // Events.
-  void on_accept();
-  void on_readable(Conn& c);
-  void on_writable(Conn& c);
-  void on_timer(const Timer& t);
-
-  // Input.
-  size_t consume(Conn& c, const uint8_t* p, size_t n, bool* alive);
-  bool consume_buffered(Conn& c);
-  void arm_stall(Conn& c);
-  bool on_frame(Conn& c, const uint8_t* frame, size_t size);
-  bool on_handshake(Conn& c, const wire::Header& h, const uint8_t* payload, size_t n);
-  void authenticate(Conn& c);
-  bool on_request(Conn& c, wire::Request& req);
-
-  // Parking.
-  void park(Conn& c, wire::Request& req);
-  void wake(const std::string& key);
-  void finish_waiter(uint64_t wid, bool timed_out);
-  void unregister(uint64_t wid, Waiter& w);
-  void drop_waiter(uint64_t wid);
-
-  // Output.
-  void send(Conn& c, std::vector<uint8_t> frame);
-  void send_value(Conn& c, uint32_t id, const Value& v);
-  void send_error(Conn& c, uint32_t id, wire::ErrorCode code, const std::string& msg);
-  void send_timeout(Conn& c, uint32_t id, const std::vector<uint32_t>& missing);
-  bool flush(Conn& c);
-  void update_events(Conn& c);
-  bool over_water(const Conn& c) const { return c.out_bytes >= opts.output_high_water; }
-
-  // Lifetime.
-  void count_refusal(Refusal why, const std::string& peer, const std::string& detail);
-  void refuse(Conn& c, Refusal why, const std::string& detail);
-  void close_conn(Conn& c);
-  void account(Conn& c);
-  void publish();
-  Conn* find(uint64_t id) {
-    auto it = conns.find(id);
-    return it == conns.end() ? nullptr : it->second.get();
-  }
-
-  TcpStoreServerOptions opts;
-  std::unique_ptr<auth::Prover> prover;  // with a token
-  Fd listen_fd;
-  Fd epoll_fd;
-  Fd wake_fd;
-  Fd spare_fd;
-  uint16_t port = 0;
-  std::thread thread;
-  std::atomic<bool> stopping{false};
-  // drain() sleeps here until no authenticated connection is left.
-  std::mutex drain_mu;
-  std::condition_variable drained;
-
-  // Loop-thread state.
-  store::KvTable table;
-  const Value mark = std::make_shared<const Bytes>(Bytes{'1'});  // barrier keys hold "1"
-  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
-  std::set<uint64_t> unauthenticated;  // ids ascend with age: begin() is the oldest
-  uint64_t next_conn = kFirstConnId;
-  std::unordered_map<uint64_t, Waiter> waiters;
-  std::unordered_map<std::string, std::unordered_set<uint64_t>> waiting_on;
-  uint64_t next_waiter = 1;
-  std::set<Timer> timers;
-  std::vector<uint64_t> dirty;    // connections with output to flush
-  std::vector<uint64_t> resumed;  // connections back under their output bound
-  std::vector<uint8_t> scratch = std::vector<uint8_t>(kReadChunk);
-  uint64_t buffered = 0;
-  std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refused{};
-
-  // Published counters (written by the loop thread only).
-  struct Counters {
-    std::atomic<uint64_t> accepted{0}, open{0}, unauthenticated{0}, peak_unauthenticated{0},
-        authenticated{0}, requests{0}, parked{0}, keys{0}, buffered{0}, peak_buffered{0},
-        clients{0};  // authenticated connections open now
-    std::array<std::atomic<uint64_t>, static_cast<size_t>(Refusal::kCount)> refused{};
-  } counters;
-};
+using store::Refusal;
+using store::refusal_name;
+using store::server::kAcceptBatch;
+using store::server::kAcceptPause;
+using store::server::kComponent;
+using store::server::kListenId;
+using store::server::kLogBurst;
+using store::server::kWakeId;
+using store::server::TimerKind;
 
 TcpStoreServer::Impl::~Impl() {
   if (thread.joinable()) {
@@ -269,7 +50,7 @@ TcpStoreServer::Impl::~Impl() {
 }
 
 void TcpStoreServer::Impl::start() {
-  if (!opts.token.empty()) prover = std::make_unique<auth::Prover>(opts.token);
+  if (!opts.token.empty()) prover = std::make_unique<store::auth::Prover>(opts.token);
   listen_fd = store::listen_tcp(opts.bind_host, opts.port, &port);
   epoll_fd = Fd(epoll_create1(EPOLL_CLOEXEC));
   wake_fd = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -298,8 +79,9 @@ void TcpStoreServer::Impl::start() {
 void TcpStoreServer::Impl::run() {
   std::array<epoll_event, 256> events{};
   while (!stopping.load(std::memory_order_relaxed)) {
-    int timeout = -1;
-    if (!timers.empty()) timeout = store::poll_timeout(std::get<0>(*timers.begin()));
+    Clock::time_point next = state.next_deadline();
+    if (!timers.empty()) next = std::min(next, std::get<0>(*timers.begin()));
+    const int timeout = next == Clock::time_point::max() ? -1 : store::poll_timeout(next);
     int n = epoll_wait(epoll_fd.get(), events.data(), static_cast<int>(events.size()), timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -319,12 +101,7 @@ void TcpStoreServer::Impl::run() {
         if ((c = find(id)) != nullptr && (ev & EPOLLOUT)) on_writable(*c);
       }
     }
-    const auto now = Clock::now();
-    while (!timers.empty() && std::get<0>(*timers.begin()) <= now) {
-      Timer t = *timers.begin();
-      timers.erase(timers.begin());
-      on_timer(t);
-    }
+    fire_timers(Clock::now());
     // Published before the replies go out as well, so that a client that
     // sees a reply sees counters at least as new as it.
     publish();
@@ -420,417 +197,30 @@ void TcpStoreServer::Impl::on_accept() {
   }
 }
 
-void TcpStoreServer::Impl::on_readable(Conn& c) {
-  const uint64_t id = c.id;
-  size_t budget = kReadBudget;
-  while (budget > 0 && !c.paused) {
-    // Read into the shared scratch buffer and parse in place; only the bytes
-    // of a partial frame are kept in c.in, so idle connections hold no input
-    // buffer and a partial one holds what has arrived. Before the handshake,
-    // never read past one handshake frame.
-    size_t want = c.authenticated ? scratch.size() : wire::kMaxHandshakeFrame - c.in_len;
-    if (want == 0) {  // cannot happen: a complete handshake frame was consumed
-      refuse(c, Refusal::kOversized, "sent more than a handshake frame before authenticating");
-      return;
-    }
-    ssize_t n = ::recv(c.fd.get(), scratch.data(), want, 0);
-    if (n == 0) {
-      SLURMDDP_LOG_DEBUG(kComponent, "connection from " << c.peer() << " closed by the client");
-      close_conn(c);
-      return;
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      SLURMDDP_LOG_DEBUG(kComponent,
-                         "connection from " << c.peer() << " failed: " << std::strerror(errno));
-      close_conn(c);
-      return;
-    }
-    const auto got = static_cast<size_t>(n);
-    c.last_progress = Clock::now();
-    budget -= std::min(budget, got);
-    if (c.in_len == 0) {
-      bool alive = true;
-      size_t used = consume(c, scratch.data(), got, &alive);
-      if (!alive) return;
-      c.in.assign(scratch.data() + used, scratch.data() + got);
-      c.in_len = c.in.size();
-    } else {
-      c.in.resize(c.in_len);
-      // Grow geometrically, but never past the frame the length field
-      // announced (consume() has checked it against the limit).
-      size_t need = c.in_len + got;
-      if (need > c.in.capacity() && c.in_len >= wire::kLengthSize) {
-        size_t frame = wire::kLengthSize + wire::load_u32(c.in.data());
-        c.in.reserve(std::max(need, std::min(frame, 2 * c.in.capacity())));
-      }
-      c.in.insert(c.in.end(), scratch.data(), scratch.data() + got);
-      c.in_len = c.in.size();
-      if (!consume_buffered(c)) return;
-    }
-    if (find(id) == nullptr) return;
-    if (got < want) break;  // drained: level-triggered epoll reports more
-  }
-  if (c.in_len > 0) arm_stall(c);
-  account(c);
-}
-
-// Handles the frames buffered in c.in. Returns false when it closed c.
-bool TcpStoreServer::Impl::consume_buffered(Conn& c) {
-  bool alive = true;
-  size_t used = consume(c, c.in.data(), c.in_len, &alive);
-  if (!alive) return false;
-  if (used > 0) {
-    std::memmove(c.in.data(), c.in.data() + used, c.in_len - used);
-    c.in_len -= used;
-  }
-  if (c.in_len == 0 && c.in.capacity() > kReadChunk) {
-    std::vector<uint8_t>().swap(c.in);  // give a large frame's buffer back
-  }
-  return true;
-}
-
-// Handles every complete frame in p[0, n) and returns how many bytes it used;
-// stops early when the connection goes over its output bound. Sets *alive to
-// false when it closed c.
-size_t TcpStoreServer::Impl::consume(Conn& c, const uint8_t* p, size_t n, bool* alive) {
-  size_t pos = 0;
-  while (n - pos >= wire::kLengthSize) {
-    if (over_water(c)) {
-      c.paused = true;
-      break;
-    }
-    const uint8_t* f = p + pos;
-    const size_t limit = c.authenticated ? wire::kMaxFrame : wire::kMaxHandshakeFrame;
-    size_t total = 0;
-    switch (wire::next_frame(f, n - pos, limit, &total)) {
-      case wire::FrameStatus::kBadVersion:
-        refuse(c, Refusal::kMalformed,
-               "sent bytes that are not this protocol (version byte " +
-                   std::to_string(f[wire::kLengthSize]) + ", expected " +
-                   std::to_string(wire::kVersion) + ")");
-        *alive = false;
-        return pos;
-      case wire::FrameStatus::kTooShort:
-        refuse(c, Refusal::kMalformed, "sent a frame shorter than its header");
-        *alive = false;
-        return pos;
-      case wire::FrameStatus::kTooLong:
-        refuse(c, Refusal::kOversized,
-               "sent a length field of " + std::to_string(wire::load_u32(f)) + " bytes " +
-                   (c.authenticated ? "" : "before authenticating ") + "(limit " +
-                   std::to_string(limit - wire::kLengthSize) + ")");
-        *alive = false;
-        return pos;
-      case wire::FrameStatus::kPartial:
-        return pos;
-      case wire::FrameStatus::kComplete:
-        break;
-    }
-    if (!on_frame(c, f, total)) {
-      *alive = false;
-      return pos;
-    }
-    pos += total;
-  }
-  return pos;
-}
-
-// A partial frame must keep arriving (Note [Store server bounds]).
-void TcpStoreServer::Impl::arm_stall(Conn& c) {
-  if (!c.authenticated || c.stall_armed || c.paused) return;
-  c.stall_armed = true;
-  c.stall_due = c.last_progress + opts.stall_timeout;
-  timers.emplace(c.stall_due, TimerKind::kStall, c.id);
-}
-
-bool TcpStoreServer::Impl::on_frame(Conn& c, const uint8_t* frame, size_t size) {
-  wire::Header h = wire::decode_header(frame);
-  const uint8_t* payload = frame + wire::kHeaderSize;
-  const size_t n = size - wire::kHeaderSize;
-  if (!c.authenticated) return on_handshake(c, h, payload, n);
-  wire::Request req;
-  std::string why;
-  if (!wire::is_request(h.type) || !wire::decode_request(h, payload, n, &req, &why)) {
-    if (why.empty()) {
-      why = "sent a frame of type " + std::to_string(static_cast<unsigned>(h.type)) + " (" +
-            wire::type_name(h.type) + "), which is not a request";
-    }
-    send_error(c, h.id, wire::ErrorCode::kProtocol, "store: malformed request: " + why);
-    if (flush(c)) refuse(c, Refusal::kMalformed, why);
-    return false;
-  }
-  counters.requests.fetch_add(1, std::memory_order_relaxed);
-  return on_request(c, req);
-}
-
-// The server's side of the handshake (Note [Store wire protocol]).
-bool TcpStoreServer::Impl::on_handshake(Conn& c, const wire::Header& h, const uint8_t* payload,
-                                        size_t n) {
-  using wire::Type;
-  const Type expected = c.awaiting_proof ? Type::kClientProof : Type::kClientHello;
-  if (c.awaiting_proof && h.type == Type::kAuthAbort) {
-    wire::AbortReason why{};
-    if (!wire::decode_auth_abort(payload, n, &why)) {
-      refuse(c, Refusal::kMalformed, "sent a malformed auth-abort");
-    } else if (why == wire::AbortReason::kNoToken) {
-      refuse(c, Refusal::kNoToken,
-             "the server requires a token and the client has none (SLURMDDP_TOKEN unset on that "
-             "rank?)");
-    } else {
-      refuse(c, Refusal::kWrongToken,
-             "the client found that the server's proof does not match its token (a different "
-             "SLURMDDP_TOKEN)");
-    }
-    return false;
-  }
-  if (h.type != expected) {
-    refuse(c, Refusal::kMalformed,
-           std::string("sent a ") + wire::type_name(h.type) + " frame where a " +
-               wire::type_name(expected) + " belongs");
-    return false;
-  }
-  if (!c.awaiting_proof) {
-    if (!wire::decode_client_hello(payload, n, &c.client_nonce)) {
-      refuse(c, Refusal::kMalformed, "sent a malformed client hello");
-      return false;
-    }
-    c.server_nonce = auth::random_nonce();
-    wire::Writer w(Type::kServerHello, h.id);
-    w.u8(opts.token.empty() ? 0 : 1);
-    w.raw(c.server_nonce.data(), c.server_nonce.size());
-    if (!opts.token.empty()) {
-      auth::Proof mine = prover->server_proof(c.client_nonce, c.server_nonce);
-      w.raw(mine.data(), mine.size());
-    }
-    send(c, w.finish());
-    if (opts.token.empty()) {
-      authenticate(c);
-    } else {
-      c.awaiting_proof = true;
-    }
-    return true;
-  }
-  auth::Proof proof{};
-  if (!wire::decode_client_proof(payload, n, &proof)) {
-    refuse(c, Refusal::kMalformed, "sent a malformed client proof");
-    return false;
-  }
-  if (!auth::equal(proof, prover->client_proof(c.server_nonce, c.client_nonce))) {
-    const std::string msg =
-        "the client's proof does not match the server's token (a different SLURMDDP_TOKEN, or "
-        "a replayed handshake)";
-    wire::Writer w(Type::kAuthRefused, h.id);
-    w.u8(static_cast<uint8_t>(wire::RefuseReason::kWrongProof));
-    w.str(msg);
-    send(c, w.finish());
-    if (flush(c)) refuse(c, Refusal::kWrongToken, msg);
-    return false;
-  }
-  authenticate(c);
-  return true;
-}
-
-void TcpStoreServer::Impl::authenticate(Conn& c) {
-  c.authenticated = true;
-  c.awaiting_proof = false;
-  unauthenticated.erase(c.id);
-  timers.erase(Timer{c.handshake_due, TimerKind::kHandshake, c.id});
-  counters.authenticated.fetch_add(1, std::memory_order_relaxed);
-}
-
-bool TcpStoreServer::Impl::on_request(Conn& c, wire::Request& req) {
-  using wire::Type;
-  const std::string& key = req.keys.empty() ? std::string() : req.keys[0];
-  switch (req.type) {
-    case Type::kSet: {
-      table.set(key, std::make_shared<const Bytes>(std::move(req.value)));
-      send(c, wire::Writer(Type::kOk, req.id).finish());
-      wake(key);
-      break;
-    }
-    case Type::kGet: {
-      if (Value v = table.find(key)) {
-        send_value(c, req.id, v);
-      } else {
-        park(c, req);
-      }
-      break;
-    }
-    case Type::kAdd: {
-      try {
-        int64_t v = table.add(key, req.number);
-        wire::Writer w(Type::kInt, req.id);
-        w.i64(v);
-        send(c, w.finish());
-        wake(key);
-      } catch (const InvalidArgument& e) {
-        send_error(c, req.id, wire::ErrorCode::kInvalidArgument, e.what());
-      }
-      break;
-    }
-    case Type::kCompareSet: {
-      bool changed = false;
-      Value v = table.compare_set(key, req.expected,
-                                  std::make_shared<const Bytes>(std::move(req.value)), &changed);
-      send_value(c, req.id, v);
-      if (changed) wake(key);
-      break;
-    }
-    case Type::kWait: {
-      if (table.missing(req.keys).empty()) {
-        send(c, wire::Writer(Type::kOk, req.id).finish());
-      } else {
-        park(c, req);
-      }
-      break;
-    }
-    case Type::kCheck: {
-      wire::Writer w(Type::kBool, req.id);
-      w.u8(table.missing(req.keys).empty() ? 1 : 0);
-      send(c, w.finish());
-      break;
-    }
-    case Type::kErase: {
-      wire::Writer w(Type::kBool, req.id);
-      w.u8(table.erase(key) ? 1 : 0);
-      send(c, w.finish());
-      break;
-    }
-    case Type::kJoin: {
-      // Note [Barrier join]: store_barrier's steps, on this side.
-      const std::string& count_key = req.keys[1];
-      const std::string& done_key = req.keys[2];
-      table.set(key, mark);
-      wake(key);
-      int64_t joined = 0;
-      try {
-        joined = table.add(count_key, 1);
-      } catch (const InvalidArgument& e) {
-        send_error(c, req.id, wire::ErrorCode::kInvalidArgument, e.what());
-        break;
-      }
-      wake(count_key);
-      if (joined == req.world) {
-        table.set(done_key, mark);
-        wake(done_key);
-      }
-      if (joined >= req.world || table.contains(done_key)) {
-        wire::Writer w(Type::kInt, req.id);
-        w.i64(joined);
-        send(c, w.finish());
-      } else {
-        req.keys = {done_key};
-        req.world = joined;  // what the reply will carry
-        park(c, req);
-      }
-      break;
-    }
-    default:
-      break;  // decode_request accepts requests only
-  }
-  return true;
-}
-
-void TcpStoreServer::Impl::park(Conn& c, wire::Request& req) {
-  if (req.number == 0) {  // "check once"
-    send_timeout(c, req.id, table.missing(req.keys));
-    return;
-  }
-  if (c.waiters.size() >= opts.max_parked_per_connection) {
-    send_error(c, req.id, wire::ErrorCode::kBusy,
-               "store: failed to park the request: too many blocked requests on one connection; "
-               "limit=" +
-                   std::to_string(opts.max_parked_per_connection));
-    return;
-  }
-  uint64_t wid = next_waiter++;
-  Waiter& w = waiters[wid];
-  w.conn = c.id;
-  w.request = req.id;
-  w.type = req.type;
-  w.keys = std::move(req.keys);
-  w.joined = req.world;
-  w.deadline = Clock::now() + store::clamp_timeout(Millis(req.number));
-  for (uint32_t i : table.missing(w.keys)) {
-    waiting_on[w.keys[i]].insert(wid);
-    w.registered.push_back(w.keys[i]);
-  }
-  c.waiters.insert(wid);
-  timers.emplace(w.deadline, TimerKind::kWaiter, wid);
-}
-
-void TcpStoreServer::Impl::unregister(uint64_t wid, Waiter& w) {
-  for (const auto& k : w.registered) {
-    auto it = waiting_on.find(k);
-    if (it == waiting_on.end()) continue;
-    it->second.erase(wid);
-    if (it->second.empty()) waiting_on.erase(it);
-  }
-  w.registered.clear();
-}
-
-void TcpStoreServer::Impl::wake(const std::string& key) {
-  auto it = waiting_on.find(key);
-  if (it == waiting_on.end()) return;
-  std::unordered_set<uint64_t> woken = std::move(it->second);
-  waiting_on.erase(it);
-  for (uint64_t wid : woken) {
-    auto w = waiters.find(wid);
-    if (w == waiters.end()) continue;
-    unregister(wid, w->second);
-    std::vector<uint32_t> missing = table.missing(w->second.keys);
-    if (missing.empty()) {
-      finish_waiter(wid, false);
-    } else {
-      // Some key was erased since: keep waiting for it (Store::erase contract).
-      for (uint32_t i : missing) {
-        waiting_on[w->second.keys[i]].insert(wid);
-        w->second.registered.push_back(w->second.keys[i]);
+// Fires the loop's timers and the state's deadlines that are due, in the order
+// of their time; at the same instant, handshake and stall timers come before
+// deadlines, and deadlines before resuming accept.
+void TcpStoreServer::Impl::fire_timers(Clock::time_point now) {
+  for (;;) {
+    const Clock::time_point deadline = state.next_deadline();
+    if (!timers.empty()) {
+      const Timer t = *timers.begin();
+      const Clock::time_point at = std::get<0>(t);
+      if (at <= now &&
+          (at < deadline || (at == deadline && std::get<1>(t) != TimerKind::kResumeAccept))) {
+        timers.erase(timers.begin());
+        on_timer(t);
+        continue;
       }
     }
+    if (deadline > now) break;
+    state.expire_next();
   }
-}
-
-// Answers a parked request and forgets it.
-void TcpStoreServer::Impl::finish_waiter(uint64_t wid, bool timed_out) {
-  auto it = waiters.find(wid);
-  if (it == waiters.end()) return;
-  Waiter w = std::move(it->second);
-  unregister(wid, w);
-  waiters.erase(it);
-  timers.erase(Timer{w.deadline, TimerKind::kWaiter, wid});
-  Conn* c = find(w.conn);
-  if (c == nullptr) return;
-  c->waiters.erase(wid);
-  if (timed_out) {
-    send_timeout(*c, w.request, table.missing(w.keys));
-  } else if (w.type == wire::Type::kGet) {
-    send_value(*c, w.request, table.find(w.keys[0]));
-  } else if (w.type == wire::Type::kJoin) {
-    wire::Writer out(wire::Type::kInt, w.request);
-    out.i64(w.joined);
-    send(*c, out.finish());
-  } else {
-    send(*c, wire::Writer(wire::Type::kOk, w.request).finish());
-  }
-}
-
-void TcpStoreServer::Impl::drop_waiter(uint64_t wid) {
-  auto it = waiters.find(wid);
-  if (it == waiters.end()) return;
-  unregister(wid, it->second);
-  timers.erase(Timer{it->second.deadline, TimerKind::kWaiter, wid});
-  waiters.erase(it);
 }
 
 void TcpStoreServer::Impl::on_timer(const Timer& t) {
   const uint64_t id = std::get<2>(t);
   switch (std::get<1>(t)) {
-    case TimerKind::kWaiter:
-      finish_waiter(id, true);
-      break;
     case TimerKind::kResumeAccept: {
       if (!spare_fd.valid()) spare_fd = Fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
       epoll_event ev{};
@@ -864,110 +254,6 @@ void TcpStoreServer::Impl::on_timer(const Timer& t) {
   }
 }
 
-void TcpStoreServer::Impl::send(Conn& c, std::vector<uint8_t> frame) {
-  c.out_bytes += frame.size();
-  OutChunk chunk;
-  chunk.owned = std::move(frame);
-  c.out.push_back(std::move(chunk));
-  if (!c.dirty) {
-    c.dirty = true;
-    dirty.push_back(c.id);
-  }
-}
-
-void TcpStoreServer::Impl::send_value(Conn& c, uint32_t id, const Value& v) {
-  wire::Writer w(wire::Type::kValue, id);
-  w.u32(static_cast<uint32_t>(v->size()));
-  send(c, w.finish_with_tail(v->size()));
-  if (v->empty()) return;
-  OutChunk chunk;
-  chunk.shared = v;
-  c.out_bytes += v->size();
-  c.out.push_back(std::move(chunk));
-}
-
-void TcpStoreServer::Impl::send_timeout(Conn& c, uint32_t id,
-                                        const std::vector<uint32_t>& missing) {
-  wire::Writer w(wire::Type::kTimeout, id);
-  w.u32(static_cast<uint32_t>(missing.size()));
-  for (uint32_t i : missing) w.u32(i);
-  send(c, w.finish());
-}
-
-void TcpStoreServer::Impl::send_error(Conn& c, uint32_t id, wire::ErrorCode code,
-                                      const std::string& msg) {
-  wire::Writer w(wire::Type::kError, id);
-  w.u8(static_cast<uint8_t>(code));
-  w.str(msg);
-  send(c, w.finish());
-}
-
-// Writes what the socket takes. Returns false when it closed c.
-bool TcpStoreServer::Impl::flush(Conn& c) {
-  while (!c.out.empty()) {
-    std::array<iovec, 64> iov{};
-    size_t k = 0;
-    for (auto it = c.out.begin(); it != c.out.end() && k < iov.size(); ++it, ++k) {
-      iov[k].iov_base = const_cast<uint8_t*>(it->data() + it->offset);
-      iov[k].iov_len = it->size() - it->offset;
-    }
-    msghdr msg{};
-    msg.msg_iov = iov.data();
-    msg.msg_iovlen = k;
-    ssize_t n = ::sendmsg(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      SLURMDDP_LOG_DEBUG(kComponent,
-                         "connection from " << c.peer() << " failed: " << std::strerror(errno));
-      close_conn(c);
-      return false;
-    }
-    auto left = static_cast<size_t>(n);
-    c.out_bytes -= left;
-    while (left > 0) {
-      OutChunk& front = c.out.front();
-      size_t rest = front.size() - front.offset;
-      if (left < rest) {
-        front.offset += left;
-        left = 0;
-      } else {
-        left -= rest;
-        c.out.pop_front();
-      }
-    }
-  }
-  update_events(c);
-  account(c);
-  return true;
-}
-
-// Reads are enabled while the pending output is under the high-water mark;
-// writes are watched while output is pending.
-void TcpStoreServer::Impl::update_events(Conn& c) {
-  uint32_t want = 0;
-  if (!over_water(c)) {
-    want |= EPOLLIN;
-    if (c.paused) {
-      // Frames that arrived before the pause are still buffered: the loop
-      // handles them once this round of flushing is done.
-      c.paused = false;
-      resumed.push_back(c.id);
-    }
-  }
-  if (!c.out.empty()) want |= EPOLLOUT;
-  if (want == c.epoll_events) return;
-  c.epoll_events = want;
-  epoll_event ev{};
-  ev.events = want;
-  ev.data.u64 = c.id;
-  epoll_ctl(epoll_fd.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
-}
-
-void TcpStoreServer::Impl::on_writable(Conn& c) {
-  flush(c);
-}
-
 void TcpStoreServer::Impl::refuse(Conn& c, Refusal why, const std::string& detail) {
   count_refusal(why, c.peer(), detail);
   close_conn(c);
@@ -991,7 +277,7 @@ void TcpStoreServer::Impl::count_refusal(Refusal why, const std::string& peer,
 }
 
 void TcpStoreServer::Impl::close_conn(Conn& c) {
-  for (uint64_t wid : c.waiters) drop_waiter(wid);
+  state.drop_connection(c.id);
   unauthenticated.erase(c.id);
   timers.erase(Timer{c.handshake_due, TimerKind::kHandshake, c.id});
   if (c.stall_armed) timers.erase(Timer{c.stall_due, TimerKind::kStall, c.id});
@@ -1013,8 +299,8 @@ void TcpStoreServer::Impl::account(Conn& c) {
 void TcpStoreServer::Impl::publish() {
   counters.open.store(conns.size(), std::memory_order_relaxed);
   counters.unauthenticated.store(unauthenticated.size(), std::memory_order_relaxed);
-  counters.parked.store(waiters.size(), std::memory_order_relaxed);
-  counters.keys.store(table.size(), std::memory_order_relaxed);
+  counters.parked.store(state.parked(), std::memory_order_relaxed);
+  counters.keys.store(state.keys(), std::memory_order_relaxed);
   counters.buffered.store(buffered, std::memory_order_relaxed);
   const size_t clients = conns.size() - unauthenticated.size();
   counters.clients.store(clients, std::memory_order_relaxed);

@@ -149,10 +149,10 @@ LengthCheck check_length(uint32_t length, size_t max_frame);
 Header decode_header(const uint8_t* p);
 
 // How a connection's buffered input p[0, n) begins, by the server's framing
-// rules (Note [Store server bounds]): a complete frame of *size bytes (length
-// field included), too few bytes yet, or a violation that closes the
-// connection. The version byte is checked as soon as it has arrived, before the
-// length field is trusted.
+// rules (Note [Store server bounds] in tcp_server.h): a complete frame of *size
+// bytes (length field included), too few bytes yet, or a violation that closes
+// the connection. The version byte is checked as soon as it has arrived, before
+// the length field is trusted.
 enum class FrameStatus { kComplete, kPartial, kBadVersion, kTooShort, kTooLong };
 FrameStatus next_frame(const uint8_t* p, size_t n, size_t max_frame, size_t* size);
 

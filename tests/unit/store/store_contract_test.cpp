@@ -13,6 +13,7 @@
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 #include "slurmddp/tcp_store.h"
+#include "slurmddp/tcp_store_limits.h"
 
 namespace slurmddp {
 namespace {

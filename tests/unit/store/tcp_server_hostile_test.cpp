@@ -9,6 +9,7 @@
 #include "raw_client.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
+#include "slurmddp/tcp_store_limits.h"
 
 namespace slurmddp {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "raw_client.h"
 #include "slurmddp/error.h"
+#include "slurmddp/tcp_store_limits.h"
 
 namespace slurmddp {
 namespace {
