@@ -17,6 +17,9 @@
 
 #include "slurmddp/timeout.h"
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64 };
@@ -140,3 +143,5 @@ class Communicator {
 };
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <string>
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 // Base of every error the runtime throws.
@@ -54,3 +57,5 @@ class NcclError : public Error {
 };
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

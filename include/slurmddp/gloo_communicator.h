@@ -43,6 +43,9 @@
 #include "slurmddp/store.h"
 #include "slurmddp/timeout.h"
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 struct GlooOptions {
@@ -86,3 +89,5 @@ struct GlooOptions {
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options);
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

@@ -50,6 +50,9 @@
 
 #include "slurmddp/communicator.h"
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 // Default size limit of the first bucket (the one launched first): small, so
@@ -239,3 +242,5 @@ class NoSyncScope {
 };
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

@@ -20,6 +20,9 @@
 #include <optional>
 #include <string>
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 enum class IdentitySource { kPlugin, kTorchrun, kSlurm, kPmix };
@@ -57,3 +60,5 @@ ProcessIdentity identity_from_environment();
 ProcessIdentity identity_from_environment(const EnvReader& env);
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

@@ -91,6 +91,9 @@
 struct CUstream_st;
 struct CUevent_st;
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 using CudaStream = CUstream_st*;
@@ -222,3 +225,5 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options)
 NcclCommunicator* as_nccl_communicator(Communicator* communicator);
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

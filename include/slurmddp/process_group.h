@@ -33,6 +33,9 @@
 #include "slurmddp/identity.h"
 #include "slurmddp/store.h"
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 enum class Backend { kAuto, kGloo, kNccl };
@@ -66,3 +69,5 @@ class ProcessGroup {
 std::unique_ptr<ProcessGroup> init(const InitOptions& options = {});
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

@@ -56,6 +56,9 @@
 #include <string>
 #include <vector>
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 // Which permutation family a DistributedSampler draws from (see the file comment).
@@ -309,3 +312,5 @@ class BatchSampler {
 };
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

@@ -21,6 +21,9 @@
 
 #include "slurmddp/timeout.h"
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 using Bytes = std::vector<uint8_t>;
@@ -89,3 +92,5 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
 std::shared_ptr<Store> make_in_process_store();
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

@@ -30,6 +30,9 @@
 #include "slurmddp/tcp_store_limits.h"  // TcpStoreServerOptions, TcpStoreServerStats
 #include "slurmddp/timeout.h"
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 // A store server running its event loop (epoll, one thread) in the background.
@@ -108,3 +111,5 @@ class TcpStore : public Store {
 std::shared_ptr<TcpStore> make_tcp_store(const TcpStoreOptions& options);
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

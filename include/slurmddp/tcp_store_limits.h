@@ -11,6 +11,9 @@
 
 #include "slurmddp/store.h"
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 // Where a server listens, and the bounds that keep hostile or broken clients
@@ -62,3 +65,5 @@ struct TcpStoreServerStats {
 };
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

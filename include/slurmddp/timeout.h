@@ -5,8 +5,13 @@
 
 #include <chrono>
 
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
 namespace slurmddp {
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout{std::chrono::minutes(5)};
 
 }  // namespace slurmddp
+
+#pragma GCC visibility pop

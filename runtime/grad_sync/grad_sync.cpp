@@ -90,7 +90,8 @@ class DoneWork final : public Work {
 
 }  // namespace
 
-class GradSync::Impl {
+// Hidden like the rest of the internals (Note [Exported symbols]).
+class __attribute__((visibility("hidden"))) GradSync::Impl {
  public:
   Impl(std::shared_ptr<Communicator> comm, std::vector<GradParameter> params,
        const GradSyncOptions& options);

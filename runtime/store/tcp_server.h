@@ -121,7 +121,9 @@ using Timer = std::tuple<Clock::time_point, TimerKind, uint64_t>;
 
 }  // namespace store::server
 
-struct TcpStoreServer::Impl {
+// Hidden like the rest of the internals (Note [Exported symbols]); as a member of
+// a public class it would otherwise inherit default visibility.
+struct __attribute__((visibility("hidden"))) TcpStoreServer::Impl {
   using Conn = store::server::Conn;
   using Timer = store::server::Timer;
   using Refusal = store::Refusal;
