@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/reduce.h"
+#include "common/half.h"
 #include "slurmddp/communicator.h"
 
 namespace slurmddp::testing {
@@ -77,10 +77,10 @@ inline void store_value(DataType t, void* buf, size_t i, double v) {
       static_cast<double*>(buf)[i] = v;
       break;
     case DataType::kFloat16:
-      static_cast<uint16_t*>(buf)[i] = comm::float_to_half(static_cast<float>(v));
+      static_cast<uint16_t*>(buf)[i] = common::float_to_half(static_cast<float>(v));
       break;
     case DataType::kBFloat16:
-      static_cast<uint16_t*>(buf)[i] = comm::float_to_bfloat16(static_cast<float>(v));
+      static_cast<uint16_t*>(buf)[i] = common::float_to_bfloat16(static_cast<float>(v));
       break;
     case DataType::kInt32:
       static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
@@ -98,9 +98,9 @@ inline double load_value(DataType t, const void* buf, size_t i) {
     case DataType::kFloat64:
       return static_cast<const double*>(buf)[i];
     case DataType::kFloat16:
-      return comm::half_to_float(static_cast<const uint16_t*>(buf)[i]);
+      return common::half_to_float(static_cast<const uint16_t*>(buf)[i]);
     case DataType::kBFloat16:
-      return comm::bfloat16_to_float(static_cast<const uint16_t*>(buf)[i]);
+      return common::bfloat16_to_float(static_cast<const uint16_t*>(buf)[i]);
     case DataType::kInt32:
       return static_cast<const int32_t*>(buf)[i];
     case DataType::kInt64:

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "common/half.h"
 #include "grad_sync/bucket_plan.h"
-#include "grad_sync/cast.h"
 #include "slurmddp/communicator.h"
 #include "slurmddp/error.h"
 
@@ -199,9 +199,9 @@ inline void FakeGroup::complete(Slot& slot) {
       case DataType::kFloat64:
         return static_cast<const double*>(p)[i];
       case DataType::kFloat16:
-        return grad_sync::half_to_float(static_cast<const uint16_t*>(p)[i]);
+        return common::half_to_float(static_cast<const uint16_t*>(p)[i]);
       case DataType::kBFloat16:
-        return grad_sync::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
+        return common::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
       case DataType::kInt32:
         return static_cast<const int32_t*>(p)[i];
       case DataType::kInt64:
@@ -218,10 +218,10 @@ inline void FakeGroup::complete(Slot& slot) {
         static_cast<double*>(p)[i] = v;
         break;
       case DataType::kFloat16:
-        static_cast<uint16_t*>(p)[i] = grad_sync::double_to_half(v);
+        static_cast<uint16_t*>(p)[i] = common::double_to_half(v);
         break;
       case DataType::kBFloat16:
-        static_cast<uint16_t*>(p)[i] = grad_sync::double_to_bfloat16(v);
+        static_cast<uint16_t*>(p)[i] = common::double_to_bfloat16(v);
         break;
       case DataType::kInt32:
         static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "grad_sync/cast.h"
+#include "common/half.h"
 #include "slurmddp/communicator.h"
 #include "slurmddp/grad_sync.h"
 
@@ -26,9 +26,9 @@ inline double get_value(DataType t, const void* p, size_t i) {
     case DataType::kFloat64:
       return static_cast<const double*>(p)[i];
     case DataType::kFloat16:
-      return grad_sync::half_to_float(static_cast<const uint16_t*>(p)[i]);
+      return common::half_to_float(static_cast<const uint16_t*>(p)[i]);
     case DataType::kBFloat16:
-      return grad_sync::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
+      return common::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
     default:
       return NAN;
   }
@@ -43,10 +43,10 @@ inline void set_value(DataType t, void* p, size_t i, double v) {
       static_cast<double*>(p)[i] = v;
       break;
     case DataType::kFloat16:
-      static_cast<uint16_t*>(p)[i] = grad_sync::double_to_half(v);
+      static_cast<uint16_t*>(p)[i] = common::double_to_half(v);
       break;
     case DataType::kBFloat16:
-      static_cast<uint16_t*>(p)[i] = grad_sync::double_to_bfloat16(v);
+      static_cast<uint16_t*>(p)[i] = common::double_to_bfloat16(v);
       break;
     default:
       break;
