@@ -168,12 +168,7 @@ void divide_as(void* data, size_t n, int divisor) {
 }  // namespace
 
 bool is_native(DataType type) {
-  return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kInt32 ||
-         type == DataType::kInt64;
-}
-
-bool is_16bit_float(DataType type) {
-  return type == DataType::kFloat16 || type == DataType::kBFloat16;
+  return common::dtype_traits(type) != nullptr && !common::is_16bit_float(type);
 }
 
 void widen_to_float(DataType type, const void* src, float* dst, size_t n) {

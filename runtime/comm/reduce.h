@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/dtype.h"
 #include "slurmddp/communicator.h"
 
 namespace slurmddp::comm {
@@ -33,7 +34,7 @@ void narrow_from_float(DataType type, const float* src, void* dst, size_t n);
 
 // True for the types Gloo reduces natively here (float32, float64, int32, int64).
 bool is_native(DataType type);
-bool is_16bit_float(DataType type);
+using common::is_16bit_float;
 
 // dst[i] = op(dst[i], src[i]) for a native type and op in {sum, min, max}.
 using InplaceReduceFn = void (*)(void* dst, const void* src, size_t n);

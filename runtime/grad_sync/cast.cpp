@@ -3,19 +3,13 @@
 #include <cstring>
 #include <string>
 
+#include "common/dtype.h"
 #include "common/half.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::grad_sync {
 
 namespace {
-
-bool is_16bit(DataType t) {
-  return t == DataType::kFloat16 || t == DataType::kBFloat16;
-}
-bool is_wide(DataType t) {
-  return t == DataType::kFloat32 || t == DataType::kFloat64;
-}
 
 template <typename Src, typename Dst, typename Fn>
 void map(const void* src, void* dst, size_t n, Fn fn) {
@@ -32,7 +26,9 @@ bool convertible(DataType src, DataType dst) {
   if (src == dst) {
     return true;
   }
-  return (is_wide(src) && is_16bit(dst)) || (is_16bit(src) && is_wide(dst));
+  using common::is_16bit_float;
+  using common::is_wide_float;
+  return (is_wide_float(src) && is_16bit_float(dst)) || (is_16bit_float(src) && is_wide_float(dst));
 }
 
 void convert(const void* src, DataType src_type, void* dst, DataType dst_type, size_t n) {
@@ -40,23 +36,8 @@ void convert(const void* src, DataType src_type, void* dst, DataType dst_type, s
     return;
   }
   if (src_type == dst_type) {
-    size_t es = 0;
-    switch (src_type) {
-      case DataType::kFloat16:
-      case DataType::kBFloat16:
-        es = 2;
-        break;
-      case DataType::kFloat32:
-      case DataType::kInt32:
-        es = 4;
-        break;
-      case DataType::kFloat64:
-      case DataType::kInt64:
-        es = 8;
-        break;
-    }
     if (src != dst) {
-      std::memcpy(dst, src, n * es);
+      std::memcpy(dst, src, n * common::dtype_size(src_type));
     }
     return;
   }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/half.h"
 #include "slurmddp/communicator.h"
 
@@ -37,55 +38,7 @@ inline const std::vector<ReduceOp>& all_ops() {
   return o;
 }
 
-inline const char* name(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-  }
-  return "?";
-}
-
-inline const char* name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-  }
-  return "?";
-}
-
-inline size_t bytes_of(DataType t) {
-  switch (t) {
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-  }
-  return 0;
-}
-
-inline bool is_integer(DataType t) { return t == DataType::kInt32 || t == DataType::kInt64; }
-inline bool is_16bit(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; }
+using common::is_integer;
 
 inline double scale_of(DataType t) { return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0; }
 
@@ -125,10 +78,10 @@ inline double tolerance(DataType t, ReduceOp op, double expected) {
 // Host bytes of `count` elements of `t` with element i = value(i).
 template <typename F>
 std::vector<uint8_t> encode(DataType t, size_t count, F value) {
-  std::vector<uint8_t> out(count * bytes_of(t));
+  std::vector<uint8_t> out(count * element_size(t));
   for (size_t i = 0; i < count; ++i) {
     const double v = value(i);
-    uint8_t* p = out.data() + i * bytes_of(t);
+    uint8_t* p = out.data() + i * element_size(t);
     switch (t) {
       case DataType::kFloat32: {
         const auto x = static_cast<float>(v);

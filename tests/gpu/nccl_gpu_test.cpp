@@ -434,13 +434,14 @@ TEST(Single, DivideKernelOfTheSumDivideAverage) {
       ASSERT_EQ(cudaMemcpy(out.data(), buf.get(), out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
       size_t wrong = 0;
       for (size_t i = 0; i < count; ++i) {
-        const double x = decode(t, in.data() + i * bytes_of(t));
+        const double x = decode(t, in.data() + i * element_size(t));
         const double want = is_integer(t) ? std::trunc(x / n) : x / n;
-        const double got = decode(t, out.data() + i * bytes_of(t));
-        const double tol = is_16bit(t) ? 1e-2 * std::fabs(want) : 1e-6 * std::fabs(want);
+        const double got = decode(t, out.data() + i * element_size(t));
+        const double tol =
+            common::is_16bit_float(t) ? 1e-2 * std::fabs(want) : 1e-6 * std::fabs(want);
         if (std::fabs(got - want) > tol) ++wrong;
       }
-      EXPECT_EQ(wrong, 0u) << name(t) << " count " << count;
+      EXPECT_EQ(wrong, 0u) << to_string(t) << " count " << count;
     }
   }
 }

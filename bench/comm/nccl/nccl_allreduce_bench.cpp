@@ -64,8 +64,6 @@ using Clock = std::chrono::steady_clock;
 using slurmddp::DataType;
 using slurmddp::ReduceOp;
 using slurmddp::bench::median_of;
-using slurmddp::gpu_testing::bytes_of;
-using slurmddp::gpu_testing::name;
 using slurmddp::gpu_testing::scale_of;
 
 struct Args : slurmddp::bench::RankOptions {
@@ -81,11 +79,11 @@ struct Args : slurmddp::bench::RankOptions {
   bool raw = true;  // also time raw NCCL (ncclAllReduce on its own communicator), same run
 };
 
-// The value of `all` whose name() is `text`.
+// The value of `all` whose to_string() is `text`.
 template <typename T>
 bool by_name(const std::vector<T>& all, const std::string& text, T* out) {
   for (T v : all) {
-    if (text == name(v)) {
+    if (text == slurmddp::to_string(v)) {
       *out = v;
       return true;
     }
@@ -320,7 +318,7 @@ int run_rank(const Args& a, int devices) {
                          prop.name + ", bus " + bus + ")";
   if (store) store->set("bench/map/" + std::to_string(rank), slurmddp::Bytes(me.begin(), me.end()));
 
-  const size_t esz = bytes_of(a.type);
+  const size_t esz = slurmddp::element_size(a.type);
   const size_t max_count = a.max_bytes / esz;
   void* buf = nullptr;
   cuda_check(cudaMalloc(&buf, std::max<size_t>(max_count, 1) * esz), "cudaMalloc");
@@ -342,7 +340,8 @@ int run_rank(const Args& a, int devices) {
     std::printf(
         "# ranks %d, iters %d, reps %d (median of reps, max over ranks), warmup %d, "
         "type %s, redop %s, timeout %ld ms\n",
-        size, a.iters, a.reps, a.warmup, name(a.type), name(a.op), a.timeout_ms);
+        size, a.iters, a.reps, a.warmup, slurmddp::to_string(a.type), slurmddp::to_string(a.op),
+        a.timeout_ms);
     if (store) {
       for (int r = 0; r < size; ++r) {
         const auto v = store->get("bench/map/" + std::to_string(r), wait_limit);
@@ -437,8 +436,8 @@ int run_rank(const Args& a, int devices) {
     ++rows;
     if (rank == 0) {
       std::printf("  %12zu %12zu %9s %7s %12.2f %12.2f %12.2f %8lld", count * esz, count,
-                  name(a.type), name(a.op), all[0], algbw, algbw * bus_factor,
-                  static_cast<long long>(all[1]));
+                  slurmddp::to_string(a.type), slurmddp::to_string(a.op), all[0], algbw,
+                  algbw * bus_factor, static_cast<long long>(all[1]));
       if (a.raw) {
         const double raw_algbw = static_cast<double>(count * esz) / (all[2] * 1e-6) / 1e9;
         // busbw ratio = time ratio (same bytes, same factor); 1 rank: algbw ratio

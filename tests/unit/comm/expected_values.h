@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/half.h"
 #include "slurmddp/communicator.h"
 
@@ -35,7 +36,7 @@ inline const std::vector<ReduceOp>& all_ops() {
   return o;
 }
 
-inline bool is_integer(DataType t) { return t == DataType::kInt32 || t == DataType::kInt64; }
+using common::is_integer;
 
 inline double scale_of(DataType t) { return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0; }
 

@@ -15,10 +15,6 @@
 
 namespace slurmddp::testing {
 
-inline size_t bytes_of(DataType t) {
-  return t == DataType::kFloat64 ? 8 : (t == DataType::kFloat32 ? 4 : 2);
-}
-
 inline double get_value(DataType t, const void* p, size_t i) {
   switch (t) {
     case DataType::kFloat32:
@@ -113,10 +109,10 @@ inline std::vector<Shape> random_layout(uint64_t seed, size_t n, size_t cap_byte
         count = 1 + 2 * (rng() % 50);  // odd
         break;
       case 2:
-        count = cap_bytes / bytes_of(t) + 1 + rng() % 1000;  // larger than the cap
+        count = cap_bytes / element_size(t) + 1 + rng() % 1000;  // larger than the cap
         break;
       default:
-        count = 1 + rng() % (cap_bytes / bytes_of(t) / 3 + 1);
+        count = 1 + rng() % (cap_bytes / element_size(t) / 3 + 1);
     }
     out.push_back({count, t});
   }
@@ -131,8 +127,8 @@ struct Model {
 
   Model(std::vector<Shape> s, bool with_grads) : shapes(std::move(s)) {
     for (const auto& sh : shapes) {
-      data.emplace_back(sh.count * bytes_of(sh.dtype) + 1);
-      grads.emplace_back(with_grads ? sh.count * bytes_of(sh.dtype) + 1 : 0);
+      data.emplace_back(sh.count * element_size(sh.dtype) + 1);
+      grads.emplace_back(with_grads ? sh.count * element_size(sh.dtype) + 1 : 0);
     }
   }
 
