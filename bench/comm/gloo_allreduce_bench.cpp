@@ -14,9 +14,6 @@
 // (the last overrides GlooOptions::small_max_bytes, for experiments)
 // The launcher hosts the TCP store and starts N copies of itself as workers.
 #include <gloo/config.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,8 +28,7 @@
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/tcp_store.h"
-
-extern char** environ;
+#include "subprocess.h"  // tests/support
 
 namespace {
 
@@ -252,33 +248,16 @@ int launcher(const Config& c, char** argv) {
     } else {
       args.insert(args.end(), {"--hostname", c.hostname});
     }
-    std::vector<char*> cargs;
-    for (auto& a : args) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    pid_t pid = -1;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) {
+    const pid_t pid = slurmddp::support::spawn(args);
+    if (pid < 0) {
       std::fprintf(stderr, "%s: failed to start worker %d\n", argv[0], r);
-      for (pid_t p : pids) kill(p, SIGKILL);
+      slurmddp::support::kill_all(pids);
       return 1;
     }
     pids.push_back(pid);
   }
   // A worker that fails leaves the others blocked until their timeout: end them.
-  int rc = 0;
-  for (size_t left = pids.size(); left > 0; --left) {
-    int status = 0;
-    const pid_t done = waitpid(-1, &status, 0);
-    if (done < 0) break;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      if (rc == 0) {
-        for (pid_t p : pids) {
-          if (p != done) kill(p, SIGKILL);
-        }
-      }
-      rc = 1;
-    }
-  }
-  return rc;
+  return slurmddp::support::wait_all(pids) == 0 ? 0 : 1;
 }
 
 }  // namespace

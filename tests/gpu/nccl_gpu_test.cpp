@@ -31,15 +31,18 @@
 #include "gpu_test_main.h"
 #include "gpu_values.h"
 #include "probe_verdict.h"
-#include "processes.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/store.h"
 #include "slurmddp/tcp_store.h"
+#include "subprocess.h"
 
 namespace slurmddp::gpu_testing {
 namespace {
+
+using support::spawn_self;
+using support::wait_for;
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;

@@ -23,14 +23,17 @@
 
 #include "gpu_test_main.h"
 #include "gpu_values.h"
-#include "processes.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/tcp_store.h"
+#include "subprocess.h"
 
 namespace slurmddp::gpu_testing {
 namespace {
+
+using support::spawn_self;
+using support::wait_for;
 
 int g_device_count = 0;
 
