@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/stats.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/tcp_store.h"
@@ -149,6 +150,11 @@ int worker(const Config& c) {
   gethostname(host, sizeof host - 1);
   const std::string me = std::to_string(rank) + ":" + host + "/" + std::to_string(getpid());
   store->set("bench/who/" + std::to_string(rank), Bytes(me.begin(), me.end()));
+  slurmddp::bench::TableOptions columns;
+  columns.ranks = n;
+  columns.time_decimals = 1;
+  columns.bw_decimals = 3;
+  slurmddp::bench::Table table(columns);
   if (rank == 0) {
     std::string map;
     for (int r = 0; r < n; ++r) {
@@ -173,9 +179,7 @@ int worker(const Config& c) {
     std::printf("# per size: untimed warm-up, repetitions from a barrier, time = median over "
                 "repetitions of the slowest rank; GB = 1e9, busbw = algbw * 2(n-1)/n\n");
     std::printf("# rank:host/pid%s\n", map.c_str());
-    std::printf("#%13s %12s %8s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop",
-                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
-    std::fflush(stdout);
+    table.print_header();
   }
 
   int64_t total_wrong = 0;
@@ -207,14 +211,14 @@ int worker(const Config& c) {
     comm->allreduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum)->wait(timeout);
     total_wrong += wrong;
     if (rank == 0) {
-      std::sort(us.begin(), us.end());
-      const size_t m = us.size();
-      const double median = m % 2 ? us[m / 2] : 0.5 * (us[m / 2 - 1] + us[m / 2]);
-      const double algbw = static_cast<double>(bytes) / median / 1e3;
-      const double busbw = algbw * 2.0 * (n - 1) / n;
-      std::printf(" %13zu %12zu %8s %6s %12.1f %12.3f %12.3f %8" PRId64 "\n", bytes, count,
-                  "float", "sum", median, algbw, busbw, wrong);
-      std::fflush(stdout);
+      slurmddp::bench::TableRow row;
+      row.bytes = bytes;
+      row.count = count;
+      row.type = "float";  // as torch_gloo_allreduce.py names it
+      row.redop = "sum";
+      row.time_us = slurmddp::bench::median_of(us);
+      row.wrong = wrong;
+      table.print_row(row);
     }
   }
   comm->barrier()->wait(timeout);

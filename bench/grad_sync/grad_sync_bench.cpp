@@ -590,7 +590,7 @@ int launch(const Options& o) {
     if (!layout_file.empty()) unlink(layout_file.c_str());
 
     const double bytes = static_cast<double>(total) * 4;
-    const double busbw_factor = 2.0 * (o.ranks - 1) / o.ranks;
+    const double busbw_factor = bus_factor(Collective::kAllreduce, o.ranks);
     std::printf(
         "#\n# %s: %zu tensors, %zu parameters, %.0f bytes of float32 gradients; %d ranks; "
         "simulated backward %.2f s; %d repetitions; %zu buckets (1 MiB first, 25 MiB cap); "
