@@ -143,34 +143,44 @@ int wait_all(const std::vector<pid_t>& pids, const char* name) {
   int worst = 0;
   std::vector<bool> reaped(pids.size(), false);
   size_t left = pids.size();
+  // Each pid by itself (never waitpid(-1), which would reap other children).
   while (left > 0) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    const auto it = std::find(pids.begin(), pids.end(), pid);
-    if (it == pids.end()) continue;
-    const auto r = static_cast<size_t>(it - pids.begin());
-    reaped[r] = true;
-    --left;
-    const int code = exit_code(status);
-    if (code != 0) {
-      if (name != nullptr)
+    bool any = false;
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (reaped[r]) continue;
+      int status = 0;
+      const pid_t got = waitpid(pids[r], &status, WNOHANG);
+      if (got == 0 || (got < 0 && errno == EINTR)) continue;
+      reaped[r] = true;
+      --left;
+      any = true;
+      const int code = got < 0 ? -1 : exit_code(status);
+      if (code == 0) continue;
+      if (name != nullptr) {
         std::fprintf(stderr, "%s: rank %zu ended with status %d\n", name, r, code);
+      }
       for (size_t q = 0; q < pids.size(); ++q) {
         if (!reaped[q]) kill(pids[q], SIGKILL);
       }
+      worst = std::max(worst, code);
     }
-    worst = std::max(worst, code);
+    if (!any && left > 0) {
+      pollfd none{-1, 0, 0};
+      poll(&none, 0, 20);  // a pause between checks of the exit statuses
+    }
   }
   return worst;
 }
 
 Child::Child(const std::vector<std::string>& argv, const SpawnOptions& o) : grace_(o.grace) {
   const std::string what = argv.empty() ? std::string("(nothing)") : argv[0];
+  Launch launch;
+  int child_ends[3] = {-1, -1, -1};  // what the child gets as its fd 0, 1, 2
+  auto close_child_ends = [&] {
+    for (int& fd : child_ends) close_fd(fd);
+  };
   auto fail = [&](const std::string& step, int err) {
+    close_child_ends();
     close_fd(stdin_);
     close_fd(stdout_);
     close_fd(stderr_);
@@ -178,53 +188,37 @@ Child::Child(const std::vector<std::string>& argv, const SpawnOptions& o) : grac
     throw std::runtime_error("spawn: failed to " + step + " for " + what + ": " +
                              std::strerror(err));
   };
-  Launch launch;
-  int in[2] = {-1, -1};
-  int out[2] = {-1, -1};
-  int err[2] = {-1, -1};
-  int err_file = -1;
-  auto close_child_ends = [&] {
-    close_fd(in[0]);
-    close_fd(out[1]);
-    close_fd(err[1]);
-    close_fd(err_file);
+  // A pipe for the child's descriptor `target`; this process keeps the other end.
+  auto pipe_for = [&](int target, const char* name, int* mine) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      const int e = errno;
+      fail(std::string("create a ") + name + " pipe", e);
+    }
+    const bool child_reads = target == 0;
+    child_ends[target] = child_reads ? fds[0] : fds[1];
+    *mine = child_reads ? fds[1] : fds[0];
+    posix_spawn_file_actions_adddup2(&launch.actions, child_ends[target], target);
   };
   if (o.in == Stdio::kPipe) {
     // A child that died must fail its writer, not kill it through the pipe.
     ::signal(SIGPIPE, SIG_IGN);
-    if (pipe2(in, O_CLOEXEC) != 0) fail("create a stdin pipe", errno);
-    stdin_ = in[1];
-    posix_spawn_file_actions_adddup2(&launch.actions, in[0], 0);
+    pipe_for(0, "stdin", &stdin_);
   }
-  if (o.out == Stdio::kPipe) {
-    if (pipe2(out, O_CLOEXEC) != 0) {
-      const int e = errno;
-      close_child_ends();
-      fail("create a stdout pipe", e);
-    }
-    stdout_ = out[0];
-    posix_spawn_file_actions_adddup2(&launch.actions, out[1], 1);
-  }
+  if (o.out == Stdio::kPipe) pipe_for(1, "stdout", &stdout_);
   if (o.err == Stdio::kPipe) {
-    if (pipe2(err, O_CLOEXEC) != 0) {
-      const int e = errno;
-      close_child_ends();
-      fail("create a stderr pipe", e);
-    }
-    stderr_ = err[0];
-    posix_spawn_file_actions_adddup2(&launch.actions, err[1], 2);
+    pipe_for(2, "stderr", &stderr_);
   } else if (o.err == Stdio::kFile) {
     const char* tmp = std::getenv("TMPDIR");
     std::string path =
         std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/slurmddp-stderr-XXXXXX";
-    err_file = mkostemp(path.data(), O_CLOEXEC);
-    if (err_file < 0) {
+    child_ends[2] = mkostemp(path.data(), O_CLOEXEC);
+    if (child_ends[2] < 0) {
       const int e = errno;
-      close_child_ends();
       fail("create a stderr file", e);
     }
     err_path_ = path;
-    posix_spawn_file_actions_adddup2(&launch.actions, err_file, 2);
+    posix_spawn_file_actions_adddup2(&launch.actions, child_ends[2], 2);
   }
   if (!o.cwd.empty()) posix_spawn_file_actions_addchdir_np(&launch.actions, o.cwd.c_str());
   if (o.own_group) {

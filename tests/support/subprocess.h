@@ -40,9 +40,9 @@ std::optional<int> wait_for(pid_t pid, Clock::time_point deadline);
 // SIGKILLs and reaps each of `pids` (-1 entries are skipped).
 void kill_all(const std::vector<pid_t>& pids);
 
-// Waits for every one of `pids` (ranks, in order); the first that ends with a
-// non-zero code gets the others SIGKILLed. Returns the largest exit code. With
-// a `name`, each failure is reported on stderr as
+// Waits for every one of `pids` (rank r = pids[r]; only these, by PID); once
+// one ends with a non-zero code the others are SIGKILLed. Returns the largest
+// exit code. With a `name`, each failure is reported on stderr as
 // "<name>: rank <r> ended with status <code>".
 int wait_all(const std::vector<pid_t>& pids, const char* name = nullptr);
 
