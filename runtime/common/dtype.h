@@ -5,8 +5,10 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
+#include "common/half.h"
 #include "slurmddp/communicator.h"
 
 namespace slurmddp::common {
@@ -85,6 +87,52 @@ inline bool dtype_from_name(const char* name, DataType* out) {
     }
   }
   return false;
+}
+
+// Element i of a buffer of `t` as a double (16-bit floats widened exactly);
+// 0 for a value outside the enum. The buffer need not be aligned.
+inline double load_as_double(DataType t, const void* data, size_t i) {
+  const auto* p = static_cast<const unsigned char*>(data) + i * dtype_size(t);
+  auto load = [p](auto x) {
+    std::memcpy(&x, p, sizeof x);
+    return x;
+  };
+  switch (t) {
+    case DataType::kFloat32:
+      return load(float{});
+    case DataType::kFloat64:
+      return load(double{});
+    case DataType::kFloat16:
+      return half_to_float(load(uint16_t{}));
+    case DataType::kBFloat16:
+      return bfloat16_to_float(load(uint16_t{}));
+    case DataType::kInt32:
+      return load(int32_t{});
+    case DataType::kInt64:
+      return static_cast<double>(load(int64_t{}));
+  }
+  return 0;
+}
+
+// Sets element i of a buffer of `t` to `v`, rounded once to the type
+// (Note [Half rounding]; integers truncate). The buffer need not be aligned.
+inline void store_from_double(DataType t, void* data, size_t i, double v) {
+  auto* p = static_cast<unsigned char*>(data) + i * dtype_size(t);
+  auto store = [p](auto x) { std::memcpy(p, &x, sizeof x); };
+  switch (t) {
+    case DataType::kFloat32:
+      return store(static_cast<float>(v));
+    case DataType::kFloat64:
+      return store(v);
+    case DataType::kFloat16:
+      return store(double_to_half(v));
+    case DataType::kBFloat16:
+      return store(double_to_bfloat16(v));
+    case DataType::kInt32:
+      return store(static_cast<int32_t>(v));
+    case DataType::kInt64:
+      return store(static_cast<int64_t>(v));
+  }
 }
 
 }  // namespace slurmddp::common

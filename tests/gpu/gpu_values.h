@@ -1,5 +1,5 @@
 // Deterministic inputs with closed-form results for the gpu suite, their host
-// encoding (16-bit floats through common/half.h), and an owner of device memory.
+// encoding (common/dtype.h), and an owner of device memory.
 //
 // Input of rank r at index i:  v(r, i) = (r + 1) * k * scale,  k = i % 7 + 1,
 // scale = 2^33 for int64 (exercises the upper half), 1 otherwise. Values are
@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "common/half.h"
 #include "slurmddp/communicator.h"
 
 namespace slurmddp::gpu_testing {
@@ -79,77 +78,12 @@ inline double tolerance(DataType t, ReduceOp op, double expected) {
 template <typename F>
 std::vector<uint8_t> encode(DataType t, size_t count, F value) {
   std::vector<uint8_t> out(count * element_size(t));
-  for (size_t i = 0; i < count; ++i) {
-    const double v = value(i);
-    uint8_t* p = out.data() + i * element_size(t);
-    switch (t) {
-      case DataType::kFloat32: {
-        const auto x = static_cast<float>(v);
-        std::memcpy(p, &x, 4);
-        break;
-      }
-      case DataType::kFloat64:
-        std::memcpy(p, &v, 8);
-        break;
-      case DataType::kFloat16: {
-        const uint16_t x = common::float_to_half(static_cast<float>(v));
-        std::memcpy(p, &x, 2);
-        break;
-      }
-      case DataType::kBFloat16: {
-        const uint16_t x = common::float_to_bfloat16(static_cast<float>(v));
-        std::memcpy(p, &x, 2);
-        break;
-      }
-      case DataType::kInt32: {
-        const auto x = static_cast<int32_t>(v);
-        std::memcpy(p, &x, 4);
-        break;
-      }
-      case DataType::kInt64: {
-        const auto x = static_cast<int64_t>(v);
-        std::memcpy(p, &x, 8);
-        break;
-      }
-    }
-  }
+  for (size_t i = 0; i < count; ++i) common::store_from_double(t, out.data(), i, value(i));
   return out;
 }
 
 inline double decode(DataType t, const uint8_t* p) {
-  switch (t) {
-    case DataType::kFloat32: {
-      float x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case DataType::kFloat64: {
-      double x;
-      std::memcpy(&x, p, 8);
-      return x;
-    }
-    case DataType::kFloat16: {
-      uint16_t x;
-      std::memcpy(&x, p, 2);
-      return common::half_to_float(x);
-    }
-    case DataType::kBFloat16: {
-      uint16_t x;
-      std::memcpy(&x, p, 2);
-      return common::bfloat16_to_float(x);
-    }
-    case DataType::kInt32: {
-      int32_t x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case DataType::kInt64: {
-      int64_t x;
-      std::memcpy(&x, p, 8);
-      return static_cast<double>(x);
-    }
-  }
-  return 0;
+  return common::load_as_double(t, p, 0);
 }
 
 // Device memory owned for one scope (on the current device).

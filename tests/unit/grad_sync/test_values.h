@@ -9,44 +9,18 @@
 #include <string>
 #include <vector>
 
-#include "common/half.h"
+#include "common/dtype.h"
 #include "slurmddp/communicator.h"
 #include "slurmddp/grad_sync.h"
 
 namespace slurmddp::testing {
 
 inline double get_value(DataType t, const void* p, size_t i) {
-  switch (t) {
-    case DataType::kFloat32:
-      return static_cast<const float*>(p)[i];
-    case DataType::kFloat64:
-      return static_cast<const double*>(p)[i];
-    case DataType::kFloat16:
-      return common::half_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DataType::kBFloat16:
-      return common::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
-    default:
-      return NAN;
-  }
+  return common::load_as_double(t, p, i);
 }
 
 inline void set_value(DataType t, void* p, size_t i, double v) {
-  switch (t) {
-    case DataType::kFloat32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      static_cast<double*>(p)[i] = v;
-      break;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(p)[i] = common::double_to_half(v);
-      break;
-    case DataType::kBFloat16:
-      static_cast<uint16_t*>(p)[i] = common::double_to_bfloat16(v);
-      break;
-    default:
-      break;
-  }
+  common::store_from_double(t, p, i, v);
 }
 
 // An integer in [-8, 8]: sums over up to 4 ranks and 3 steps stay exact in
