@@ -14,9 +14,6 @@
 // (the last overrides GlooOptions::small_max_bytes, for experiments)
 // The launcher hosts the TCP store and starts N copies of itself as workers.
 #include <gloo/config.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,11 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "../common/stats.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/tcp_store.h"
-
-extern char** environ;
+#include "subprocess.h"  // tests/support
 
 namespace {
 
@@ -153,6 +150,11 @@ int worker(const Config& c) {
   gethostname(host, sizeof host - 1);
   const std::string me = std::to_string(rank) + ":" + host + "/" + std::to_string(getpid());
   store->set("bench/who/" + std::to_string(rank), Bytes(me.begin(), me.end()));
+  slurmddp::bench::TableOptions columns;
+  columns.ranks = n;
+  columns.time_decimals = 1;
+  columns.bw_decimals = 3;
+  slurmddp::bench::Table table(columns);
   if (rank == 0) {
     std::string map;
     for (int r = 0; r < n; ++r) {
@@ -177,9 +179,7 @@ int worker(const Config& c) {
     std::printf("# per size: untimed warm-up, repetitions from a barrier, time = median over "
                 "repetitions of the slowest rank; GB = 1e9, busbw = algbw * 2(n-1)/n\n");
     std::printf("# rank:host/pid%s\n", map.c_str());
-    std::printf("#%13s %12s %8s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop",
-                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
-    std::fflush(stdout);
+    table.print_header();
   }
 
   int64_t total_wrong = 0;
@@ -211,14 +211,14 @@ int worker(const Config& c) {
     comm->allreduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum)->wait(timeout);
     total_wrong += wrong;
     if (rank == 0) {
-      std::sort(us.begin(), us.end());
-      const size_t m = us.size();
-      const double median = m % 2 ? us[m / 2] : 0.5 * (us[m / 2 - 1] + us[m / 2]);
-      const double algbw = static_cast<double>(bytes) / median / 1e3;
-      const double busbw = algbw * 2.0 * (n - 1) / n;
-      std::printf(" %13zu %12zu %8s %6s %12.1f %12.3f %12.3f %8" PRId64 "\n", bytes, count,
-                  "float", "sum", median, algbw, busbw, wrong);
-      std::fflush(stdout);
+      slurmddp::bench::TableRow row;
+      row.bytes = bytes;
+      row.count = count;
+      row.type = "float";  // as torch_gloo_allreduce.py names it
+      row.redop = "sum";
+      row.time_us = slurmddp::bench::median_of(us);
+      row.wrong = wrong;
+      table.print_row(row);
     }
   }
   comm->barrier()->wait(timeout);
@@ -252,33 +252,16 @@ int launcher(const Config& c, char** argv) {
     } else {
       args.insert(args.end(), {"--hostname", c.hostname});
     }
-    std::vector<char*> cargs;
-    for (auto& a : args) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    pid_t pid = -1;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) {
+    const pid_t pid = slurmddp::support::spawn(args);
+    if (pid < 0) {
       std::fprintf(stderr, "%s: failed to start worker %d\n", argv[0], r);
-      for (pid_t p : pids) kill(p, SIGKILL);
+      slurmddp::support::kill_all(pids);
       return 1;
     }
     pids.push_back(pid);
   }
   // A worker that fails leaves the others blocked until their timeout: end them.
-  int rc = 0;
-  for (size_t left = pids.size(); left > 0; --left) {
-    int status = 0;
-    const pid_t done = waitpid(-1, &status, 0);
-    if (done < 0) break;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      if (rc == 0) {
-        for (pid_t p : pids) {
-          if (p != done) kill(p, SIGKILL);
-        }
-      }
-      rc = 1;
-    }
-  }
-  return rc;
+  return slurmddp::support::wait_all(pids) == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -13,13 +13,8 @@
 // to their timeouts. Returns the worst exit status.
 #pragma once
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,8 +26,7 @@
 
 #include "device_presence.h"  // tests/gpu: the gpu suite's rule for skipping
 #include "slurmddp/tcp_store.h"
-
-extern char** environ;
+#include "subprocess.h"  // tests/support
 
 namespace slurmddp::bench {
 
@@ -71,12 +65,6 @@ struct RankOptions {
   }
 };
 
-inline std::string self_path() {
-  char buf[4096] = {};
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
 inline int launch_ranks(const char* name, int ranks, int devices,
                         const std::vector<std::string>& forwarded) {
   TcpStoreOptions so;
@@ -84,18 +72,13 @@ inline int launch_ranks(const char* name, int ranks, int devices,
   so.port = 0;
   so.is_server = true;
   auto store = make_tcp_store(so);
-  const std::string exe = self_path();
   std::vector<pid_t> pids;
   for (int r = 0; r < ranks; ++r) {
-    std::vector<std::string> args = {exe,
-                                     "--ranks",
-                                     std::to_string(ranks),
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--port",
-                                     std::to_string(store->port())};
+    std::vector<std::string> args = {"--ranks", std::to_string(ranks),
+                                     "--rank",  std::to_string(r),
+                                     "--port",  std::to_string(store->port())};
     args.insert(args.end(), forwarded.begin(), forwarded.end());
-    std::map<std::string, std::string> extra;
+    support::Env extra;
     if (devices < ranks) {  // see the header comment
       extra["NCCL_HOSTID"] = std::string(name) + "-rank-" + std::to_string(r);
       extra["NCCL_SOCKET_IFNAME"] = "lo";
@@ -105,52 +88,15 @@ inline int launch_ranks(const char* name, int ranks, int devices,
       extra["NCCL_NVLS_ENABLE"] = "0";
       extra["NCCL_MULTI_RANK_GPU_ENABLE"] = "1";  // NCCL >= 2.30 allows sharing with it
     }
-    std::vector<std::string> envs;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string kv = *e;
-      if (extra.count(kv.substr(0, kv.find('='))) == 0) envs.push_back(kv);
-    }
-    for (const auto& [k, v] : extra) envs.push_back(k + "=" + v);
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    std::vector<char*> envp;
-    for (auto& s : envs) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    pid_t pid = -1;
-    if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) {
+    const pid_t pid = support::spawn_self(args, extra);
+    if (pid < 0) {
       std::fprintf(stderr, "%s: failed to start rank %d\n", name, r);
-      for (pid_t p : pids) kill(p, SIGKILL);
-      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      support::kill_all(pids);
       return 1;
     }
     pids.push_back(pid);
   }
-  int worst = 0;
-  std::vector<bool> reaped(pids.size(), false);
-  size_t left = pids.size();
-  while (left > 0) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    const auto it = std::find(pids.begin(), pids.end(), pid);
-    if (it == pids.end()) continue;
-    const auto r = static_cast<size_t>(it - pids.begin());
-    reaped[r] = true;
-    --left;
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code != 0) {
-      std::fprintf(stderr, "%s: rank %zu ended with status %d\n", name, r, code);
-      for (size_t q = 0; q < pids.size(); ++q) {
-        if (!reaped[q]) kill(pids[q], SIGKILL);
-      }
-    }
-    worst = std::max(worst, code);
-  }
-  return worst;
+  return support::wait_all(pids, name);
 }
 
 // The main() of a GPU benchmark once its options are parsed: exits 77 only

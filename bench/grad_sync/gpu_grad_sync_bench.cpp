@@ -317,7 +317,8 @@ int run_rank(const Args& a, int devices) {
     std::printf("# %-22s %12s %12s %12s %12s %9s\n", "experiment", "median(ms)", "min(ms)",
                 "max(ms)", "busbw(GB/s)", "vs_flat");
     const Stat flat = spread_of(t["flat"]);
-    const double bus = a.ranks > 1 ? 2.0 * (a.ranks - 1) / a.ranks : 0.0;
+    const double bus =
+        slurmddp::bench::bus_factor(slurmddp::bench::Collective::kAllreduce, a.ranks);
     auto row = [&](const char* name, const Stat& s, bool comm_only) {
       const double busbw = comm_only ? r.total() * 4.0 / (s.median * 1e-3) / 1e9 * bus : 0.0;
       std::printf("  %-22s %12.3f %12.3f %12.3f %12.2f %9.3f\n", name, s.median, s.min, s.max,

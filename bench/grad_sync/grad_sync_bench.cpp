@@ -66,18 +66,19 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../common/stats.h"
-#include "child.h"
 #include "models.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp_config.h"
+#include "subprocess.h"  // tests/support
 
 namespace slurmddp::bench {
 namespace {
@@ -352,6 +353,26 @@ struct Options {
   std::vector<std::string> modes;  // empty: per model (bert: busy only)
 };
 
+// A worker process driven line by line: stdin and stdout on pipes, stderr
+// inherited; once its stdin is closed it has 10 s to leave before SIGKILL.
+class Child : public support::Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv) : support::Child(argv, options()) {}
+
+  void send(const std::string& line) {
+    if (!write_line(line)) throw std::runtime_error("bench: a worker closed its stdin");
+  }
+
+ private:
+  static support::SpawnOptions options() {
+    support::SpawnOptions o;
+    o.in = support::Stdio::kPipe;
+    o.out = support::Stdio::kPipe;
+    o.grace = std::chrono::seconds(10);
+    return o;
+  }
+};
+
 // A group of worker processes that answer one line per command.
 class Group {
  public:
@@ -569,7 +590,7 @@ int launch(const Options& o) {
     if (!layout_file.empty()) unlink(layout_file.c_str());
 
     const double bytes = static_cast<double>(total) * 4;
-    const double busbw_factor = 2.0 * (o.ranks - 1) / o.ranks;
+    const double busbw_factor = bus_factor(Collective::kAllreduce, o.ranks);
     std::printf(
         "#\n# %s: %zu tensors, %zu parameters, %.0f bytes of float32 gradients; %d ranks; "
         "simulated backward %.2f s; %d repetitions; %zu buckets (1 MiB first, 25 MiB cap); "

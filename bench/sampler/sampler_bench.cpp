@@ -15,7 +15,6 @@
 // torch's (parity mode) or with the first repetition (others); "-" when there
 // is nothing to compare with. Exits 1 when any #wrong is nonzero.
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,12 +26,14 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "../common/stats.h"
 #include "slurmddp/sampler.h"
+#include "subprocess.h"  // tests/support
 
 #ifndef SAMPLER_BENCH_TORCH_SCRIPT
 #define SAMPLER_BENCH_TORCH_SCRIPT ""
@@ -153,48 +154,28 @@ Result parse_child_line(const std::string& text) {
 
 // Runs argv in a fresh process and parses its one-line report.
 Result run_child(const std::vector<std::string>& argv) {
-  int out[2];
-  if (pipe(out) != 0) {
-    return failure(std::string("pipe: ") + std::strerror(errno));
-  }
-  const pid_t pid = fork();
-  if (pid < 0) {
-    return failure(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    close(out[0]);
-    close(out[1]);
-    std::vector<char*> args;
-    args.reserve(argv.size() + 1);
-    for (const std::string& a : argv) {
-      args.push_back(const_cast<char*>(a.c_str()));
-    }
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    std::fprintf(stderr, "sampler_bench: failed to run %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(out[1]);
+  slurmddp::support::SpawnOptions o;
+  o.out = slurmddp::support::Stdio::kPipe;
+  o.search_path = true;
   std::string text;
-  char buf[4096];
-  ssize_t got;
-  while ((got = read(out[0], buf, sizeof buf)) > 0) {
-    text.append(buf, static_cast<size_t>(got));
+  std::optional<int> code;
+  try {
+    slurmddp::support::Child child(argv, o);
+    child.read_all(slurmddp::support::Clock::time_point::max(), &text);
+    code = child.wait(slurmddp::support::Clock::time_point::max());
+  } catch (const std::exception& e) {
+    return failure(e.what());
   }
-  close(out[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (!code || *code != 0) {
     std::string command;
     for (const std::string& a : argv) {
       command += a + " ";
     }
-    return failure("`" + command + "` failed (wait status " + std::to_string(status) + ")");
+    return failure("`" + command + "` failed (exit status " + std::to_string(code.value_or(-1)) +
+                   ")");
   }
   return parse_child_line(text);
 }
-
 
 int64_t parse_count(const std::string& s) {
   // Accepts 1000000, 1e6 or 10^6.

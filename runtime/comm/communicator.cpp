@@ -1,5 +1,6 @@
 #include "slurmddp/communicator.h"
 
+#include "common/dtype.h"
 #include "slurmddp_config.h"
 
 #if !SLURMDDP_HAVE_GLOO
@@ -10,36 +11,11 @@
 namespace slurmddp {
 
 size_t element_size(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-  }
-  return 0;
+  return common::dtype_size(t);
 }
 
 const char* to_string(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-  }
-  return "unknown";
+  return common::dtype_name(t);
 }
 
 const char* to_string(ReduceOp op) {

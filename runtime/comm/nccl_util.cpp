@@ -23,10 +23,6 @@ ncclDataType_t to_nccl(DataType t) {
                         std::to_string(static_cast<int>(t)));
 }
 
-bool is_integer_type(DataType t) {
-  return t == DataType::kInt32 || t == DataType::kInt64;
-}
-
 std::string nccl_version_text(int code) {
   // NCCL_VERSION(X,Y,Z) is X*10000+Y*100+Z since 2.9, X*1000+Y*100+Z before.
   int major = 0;

@@ -22,7 +22,6 @@ namespace slurmddp::comm {
 inline constexpr const char* kNcclComponent = "nccl";
 
 ncclDataType_t to_nccl(DataType t);
-bool is_integer_type(DataType t);
 
 // "2.28.9" from a version code such as 22809 (or 2903 for 2.9.3).
 std::string nccl_version_text(int code);

@@ -3,23 +3,12 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/half.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::comm {
 
 namespace {
-
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 // The kernels use GCC's portable vector extensions (16-byte vectors: SSE2 on
 // x86-64, NEON on arm64) so they are SIMD at the project's default -O2, where
@@ -178,70 +167,16 @@ void divide_as(void* data, size_t n, int divisor) {
 
 }  // namespace
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    // Zero or subnormal: mant * 2^-24, exact in float32.
-    const float magnitude = static_cast<float>(mant) * (1.0f / 16777216.0f);
-    return sign ? -magnitude : magnitude;
-  }
-  if (exp == 31) return float_of(sign | 0x7f800000u | (mant << 13));  // inf, NaN
-  return float_of(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-uint16_t float_to_half(float f) {
-  const uint32_t bits = bits_of(f);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) {  // NaN: keep the top payload bits, force quiet
-    return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
-  }
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: inf
-  if (abs < 0x38800000u) {
-    // Below the smallest normal (2^-14): a multiple of 2^-24. Scaling by 2^24
-    // is exact and leaves a value < 1024 whose fraction float32 holds exactly.
-    const float scaled = float_of(abs) * 16777216.0f;
-    auto q = static_cast<uint32_t>(scaled);
-    const float frac = scaled - static_cast<float>(q);
-    if (frac > 0.5f || (frac == 0.5f && (q & 1u))) ++q;
-    return static_cast<uint16_t>(sign | q);  // q == 1024 is the smallest normal
-  }
-  const uint32_t exp = (abs >> 23) - 112;  // 1 ... 30
-  const uint32_t mant = abs & 0x7fffffu;
-  uint32_t h = (exp << 10) | (mant >> 13);
-  const uint32_t rest = mant & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // carries into the exponent
-  return static_cast<uint16_t>(sign | h);
-}
-
-float bfloat16_to_float(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
-
-uint16_t float_to_bfloat16(float f) {
-  const uint32_t bits = bits_of(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN
-  }
-  const uint32_t bias = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + bias) >> 16);
-}
-
 bool is_native(DataType type) {
-  return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kInt32 ||
-         type == DataType::kInt64;
-}
-
-bool is_16bit_float(DataType type) {
-  return type == DataType::kFloat16 || type == DataType::kBFloat16;
+  return common::dtype_traits(type) != nullptr && !common::is_16bit_float(type);
 }
 
 void widen_to_float(DataType type, const void* src, float* dst, size_t n) {
   const auto* s = static_cast<const uint16_t*>(src);
   if (type == DataType::kFloat16) {
-    for (size_t i = 0; i < n; ++i) dst[i] = half_to_float(s[i]);
+    common::half_to_floats(s, dst, n);
   } else if (type == DataType::kBFloat16) {
-    for (size_t i = 0; i < n; ++i) dst[i] = bfloat16_to_float(s[i]);
+    common::bfloat16_to_floats(s, dst, n);
   } else {
     not_native(type);
   }
@@ -250,9 +185,9 @@ void widen_to_float(DataType type, const void* src, float* dst, size_t n) {
 void narrow_from_float(DataType type, const float* src, void* dst, size_t n) {
   auto* d = static_cast<uint16_t*>(dst);
   if (type == DataType::kFloat16) {
-    for (size_t i = 0; i < n; ++i) d[i] = float_to_half(src[i]);
+    common::floats_to_half(src, d, n);
   } else if (type == DataType::kBFloat16) {
-    for (size_t i = 0; i < n; ++i) d[i] = float_to_bfloat16(src[i]);
+    common::floats_to_bfloat16(src, d, n);
   } else {
     not_native(type);
   }

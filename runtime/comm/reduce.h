@@ -22,25 +22,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/dtype.h"
 #include "slurmddp/communicator.h"
 
 namespace slurmddp::comm {
 
-// IEEE 754 binary16 <-> binary32. Widening is exact; narrowing rounds to
-// nearest even, overflows to infinity and keeps NaN a (quiet) NaN.
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
-// bfloat16 (the upper half of a binary32) <-> binary32, same rounding rules.
-float bfloat16_to_float(uint16_t b);
-uint16_t float_to_bfloat16(float f);
-
-// Bulk forms for float16/bfloat16 buffers (`type` must be one of the two).
+// float16/bfloat16 buffers <-> float32 (`type` must be one of the two), with
+// common/half.h's rounding (Note [Half rounding]).
 void widen_to_float(DataType type, const void* src, float* dst, size_t n);
 void narrow_from_float(DataType type, const float* src, void* dst, size_t n);
 
 // True for the types Gloo reduces natively here (float32, float64, int32, int64).
 bool is_native(DataType type);
-bool is_16bit_float(DataType type);
+using common::is_16bit_float;
 
 // dst[i] = op(dst[i], src[i]) for a native type and op in {sum, min, max}.
 using InplaceReduceFn = void (*)(void* dst, const void* src, size_t n);

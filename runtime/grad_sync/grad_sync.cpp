@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/dtype.h"
 #include "common/log.h"
 #include "grad_sync/bucket_plan.h"
 #include "grad_sync/device.h"
@@ -52,11 +53,6 @@ using grad_sync::Transfer;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kComponent = "grad_sync";
-
-bool is_float(DataType t) {
-  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
-         t == DataType::kBFloat16;
-}
 
 DataType wire_type_for(DataType bucket, Compression c) {
   if (bucket != DataType::kFloat32 && bucket != DataType::kFloat64) {
@@ -281,7 +277,7 @@ std::string GradSync::Impl::validate_locally() {
   for (size_t i = 0; i < params_.size(); ++i) {
     const GradParameter& p = params_[i];
     const std::string who = "parameter " + std::to_string(i) + " ('" + param_name(i) + "') ";
-    if (!is_float(p.dtype)) {
+    if (!common::is_floating(p.dtype)) {
       return head + who +
              "has a dtype gradients cannot have (float32, float64, float16, "
              "bfloat16); dtype=" +

@@ -83,7 +83,7 @@ class Checker {
     std::ostringstream first;
     for (size_t i = 0; i < count; ++i) {
       const double want = expected(i);
-      const double have = decode(t, got.data() + i * bytes_of(t));
+      const double have = decode(t, got.data() + i * element_size(t));
       if (std::fabs(have - want) > tolerance(t, op, want) || std::isnan(have)) {
         if (wrong < 3) first << " [" << i << "] got " << have << " want " << want << ";";
         ++wrong;
@@ -91,24 +91,24 @@ class Checker {
     }
     if (wrong > 0) {
       std::ostringstream os;
-      os << "rank " << rank_ << "/" << n_ << " " << label << " " << name(t) << " count " << count
-         << ": " << wrong << " wrong:" << first.str();
+      os << "rank " << rank_ << "/" << n_ << " " << label << " " << to_string(t) << " count "
+         << count << ": " << wrong << " wrong:" << first.str();
       failures_.push_back(os.str());
     }
   }
 
   void allreduce(DataType t, ReduceOp op, size_t count) {
     std::unique_ptr<DeviceBuffer> b;
-    auto& buf = alloc(b, count * bytes_of(t));
+    auto& buf = alloc(b, count * element_size(t));
     upload(buf, 0, encode(t, count, [&](size_t i) { return input_value(t, rank_, i); }));
     comm_.allreduce(buf.get(), count, t, op)->wait(o_.wait);
-    compare(std::string("allreduce ") + name(op), t, op,
-            download(buf, 0, count * bytes_of(t)), count,
+    compare(std::string("allreduce ") + to_string(op), t, op,
+            download(buf, 0, count * element_size(t)), count,
             [&](size_t i) { return expected_reduction(t, op, n_, i); });
   }
 
   void reduce_scatter(DataType t, ReduceOp op, size_t count, bool in_place) {
-    const size_t esz = bytes_of(t);
+    const size_t esz = element_size(t);
     const size_t total = count * static_cast<size_t>(n_);
     std::unique_ptr<DeviceBuffer> s;
     std::unique_ptr<DeviceBuffer> r;
@@ -128,23 +128,23 @@ class Checker {
            "cudaMemcpy to the host");
     }
     const size_t base = static_cast<size_t>(rank_) * count;
-    compare(std::string("reduce_scatter ") + name(op) + (in_place ? " (in place)" : ""), t, op,
+    compare(std::string("reduce_scatter ") + to_string(op) + (in_place ? " (in place)" : ""), t, op,
             got, count, [&](size_t i) { return expected_reduction(t, op, n_, base + i); });
   }
 
   void broadcast(DataType t, size_t count) {
     const int root = n_ - 1;
     std::unique_ptr<DeviceBuffer> b;
-    auto& buf = alloc(b, count * bytes_of(t));
+    auto& buf = alloc(b, count * element_size(t));
     upload(buf, 0, encode(t, count, [&](size_t i) { return input_value(t, rank_, i); }));
     comm_.broadcast(buf.get(), count, t, root)->wait(o_.wait);
     compare("broadcast from rank " + std::to_string(root), t, ReduceOp::kSum,
-            download(buf, 0, count * bytes_of(t)), count,
+            download(buf, 0, count * element_size(t)), count,
             [&](size_t i) { return input_value(t, root, i); });
   }
 
   void allgather(DataType t, size_t count, bool in_place) {
-    const size_t esz = bytes_of(t);
+    const size_t esz = element_size(t);
     const size_t total = count * static_cast<size_t>(n_);
     std::unique_ptr<DeviceBuffer> r;
     std::unique_ptr<DeviceBuffer> s;

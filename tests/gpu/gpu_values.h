@@ -1,5 +1,5 @@
-// Deterministic inputs with closed-form results for the gpu suite, host-side
-// 16-bit float conversions, and an owner of device memory.
+// Deterministic inputs with closed-form results for the gpu suite, their host
+// encoding (common/dtype.h), and an owner of device memory.
 //
 // Input of rank r at index i:  v(r, i) = (r + 1) * k * scale,  k = i % 7 + 1,
 // scale = 2^33 for int64 (exercises the upper half), 1 otherwise. Values are
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "slurmddp/communicator.h"
 
 namespace slurmddp::gpu_testing {
@@ -36,55 +37,7 @@ inline const std::vector<ReduceOp>& all_ops() {
   return o;
 }
 
-inline const char* name(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-  }
-  return "?";
-}
-
-inline const char* name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-  }
-  return "?";
-}
-
-inline size_t bytes_of(DataType t) {
-  switch (t) {
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-  }
-  return 0;
-}
-
-inline bool is_integer(DataType t) { return t == DataType::kInt32 || t == DataType::kInt64; }
-inline bool is_16bit(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; }
+using common::is_integer;
 
 inline double scale_of(DataType t) { return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0; }
 
@@ -121,142 +74,16 @@ inline double tolerance(DataType t, ReduceOp op, double expected) {
   }
 }
 
-// float -> bfloat16 bits, rounding to nearest even.
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-inline float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// float -> IEEE half bits, rounding to nearest even (normal and subnormal
-// range; overflow to infinity).
-inline uint16_t to_fp16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  const uint32_t abs = u & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u));
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
-  if (abs < 0x38800000u) {  // subnormal half (or zero)
-    const float a = std::fabs(f);
-    const auto m = static_cast<uint32_t>(std::nearbyint(a * 16777216.0f));  // a / 2^-24
-    return static_cast<uint16_t>(sign | m);
-  }
-  const uint32_t exp = ((abs >> 23) - 112) << 10;
-  const uint32_t mant = abs & 0x7fffffu;
-  uint32_t h = exp | (mant >> 13);
-  const uint32_t rest = mant & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-  return static_cast<uint16_t>(sign | h);
-}
-
-inline float from_fp16(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  float f;
-  if (exp == 0) {
-    f = std::ldexp(static_cast<float>(mant), -24);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    u |= sign;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  uint32_t u;
-  if (exp == 31) {
-    u = sign | 0x7f800000u | (mant << 13);
-  } else {
-    u = sign | ((exp + 112) << 23) | (mant << 13);
-  }
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // Host bytes of `count` elements of `t` with element i = value(i).
 template <typename F>
 std::vector<uint8_t> encode(DataType t, size_t count, F value) {
-  std::vector<uint8_t> out(count * bytes_of(t));
-  for (size_t i = 0; i < count; ++i) {
-    const double v = value(i);
-    uint8_t* p = out.data() + i * bytes_of(t);
-    switch (t) {
-      case DataType::kFloat32: {
-        const auto x = static_cast<float>(v);
-        std::memcpy(p, &x, 4);
-        break;
-      }
-      case DataType::kFloat64:
-        std::memcpy(p, &v, 8);
-        break;
-      case DataType::kFloat16: {
-        const uint16_t x = to_fp16(static_cast<float>(v));
-        std::memcpy(p, &x, 2);
-        break;
-      }
-      case DataType::kBFloat16: {
-        const uint16_t x = to_bf16(static_cast<float>(v));
-        std::memcpy(p, &x, 2);
-        break;
-      }
-      case DataType::kInt32: {
-        const auto x = static_cast<int32_t>(v);
-        std::memcpy(p, &x, 4);
-        break;
-      }
-      case DataType::kInt64: {
-        const auto x = static_cast<int64_t>(v);
-        std::memcpy(p, &x, 8);
-        break;
-      }
-    }
-  }
+  std::vector<uint8_t> out(count * element_size(t));
+  for (size_t i = 0; i < count; ++i) common::store_from_double(t, out.data(), i, value(i));
   return out;
 }
 
 inline double decode(DataType t, const uint8_t* p) {
-  switch (t) {
-    case DataType::kFloat32: {
-      float x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case DataType::kFloat64: {
-      double x;
-      std::memcpy(&x, p, 8);
-      return x;
-    }
-    case DataType::kFloat16: {
-      uint16_t x;
-      std::memcpy(&x, p, 2);
-      return from_fp16(x);
-    }
-    case DataType::kBFloat16: {
-      uint16_t x;
-      std::memcpy(&x, p, 2);
-      return from_bf16(x);
-    }
-    case DataType::kInt32: {
-      int32_t x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case DataType::kInt64: {
-      int64_t x;
-      std::memcpy(&x, p, 8);
-      return static_cast<double>(x);
-    }
-  }
-  return 0;
+  return common::load_as_double(t, p, 0);
 }
 
 // Device memory owned for one scope (on the current device).

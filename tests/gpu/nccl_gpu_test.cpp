@@ -31,15 +31,18 @@
 #include "gpu_test_main.h"
 #include "gpu_values.h"
 #include "probe_verdict.h"
-#include "processes.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/store.h"
 #include "slurmddp/tcp_store.h"
+#include "subprocess.h"
 
 namespace slurmddp::gpu_testing {
 namespace {
+
+using support::spawn_self;
+using support::wait_for;
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -434,13 +437,14 @@ TEST(Single, DivideKernelOfTheSumDivideAverage) {
       ASSERT_EQ(cudaMemcpy(out.data(), buf.get(), out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
       size_t wrong = 0;
       for (size_t i = 0; i < count; ++i) {
-        const double x = decode(t, in.data() + i * bytes_of(t));
+        const double x = decode(t, in.data() + i * element_size(t));
         const double want = is_integer(t) ? std::trunc(x / n) : x / n;
-        const double got = decode(t, out.data() + i * bytes_of(t));
-        const double tol = is_16bit(t) ? 1e-2 * std::fabs(want) : 1e-6 * std::fabs(want);
+        const double got = decode(t, out.data() + i * element_size(t));
+        const double tol =
+            common::is_16bit_float(t) ? 1e-2 * std::fabs(want) : 1e-6 * std::fabs(want);
         if (std::fabs(got - want) > tol) ++wrong;
       }
-      EXPECT_EQ(wrong, 0u) << name(t) << " count " << count;
+      EXPECT_EQ(wrong, 0u) << to_string(t) << " count " << count;
     }
   }
 }

@@ -23,14 +23,17 @@
 
 #include "gpu_test_main.h"
 #include "gpu_values.h"
-#include "processes.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/tcp_store.h"
+#include "subprocess.h"
 
 namespace slurmddp::gpu_testing {
 namespace {
+
+using support::spawn_self;
+using support::wait_for;
 
 int g_device_count = 0;
 
@@ -112,8 +115,8 @@ void run_case(Rank& me, const std::shared_ptr<Communicator>& comm, const Case& c
   for (size_t i = 0; i < np; ++i) {
     const DataType t = c.dtypes[i];
     const size_t count = kCounts[i % kCounts.size()];
-    data.push_back(std::make_unique<DeviceBuffer>(count * bytes_of(t)));
-    grads.push_back(std::make_unique<DeviceBuffer>(c.views ? 0 : count * bytes_of(t)));
+    data.push_back(std::make_unique<DeviceBuffer>(count * element_size(t)));
+    grads.push_back(std::make_unique<DeviceBuffer>(c.views ? 0 : count * element_size(t)));
     if (!data.back()->ok() || !grads.back()->ok()) throw CudaError("cudaMalloc failed");
     upload(stream, data.back()->get(),
            encode(t, count, [&](size_t k) { return param_value(me.rank, i, k); }));
@@ -137,10 +140,10 @@ void run_case(Rank& me, const std::shared_ptr<Communicator>& comm, const Case& c
   const std::string label = std::string(c.name) + ": ";
   for (size_t i = 0; i < np; ++i) {  // rank 0's parameters everywhere
     const DataType t = params[i].dtype;
-    const auto got = download(stream, params[i].data, params[i].count * bytes_of(t));
+    const auto got = download(stream, params[i].data, params[i].count * element_size(t));
     size_t wrong = 0;
     for (size_t k = 0; k < params[i].count; ++k) {
-      wrong += decode(t, got.data() + k * bytes_of(t)) != param_value(0, i, k);
+      wrong += decode(t, got.data() + k * element_size(t)) != param_value(0, i, k);
     }
     if (wrong > 0)
       me.fail(label + params[i].name + ": " + std::to_string(wrong) +
@@ -169,12 +172,12 @@ void run_case(Rank& me, const std::shared_ptr<Communicator>& comm, const Case& c
     for (size_t i = 0; i < np; ++i) {
       const DataType t = params[i].dtype;
       const void* g = c.views ? sync.gradient(i) : params[i].grad;
-      const auto got = download(stream, g, params[i].count * bytes_of(t));
+      const auto got = download(stream, g, params[i].count * element_size(t));
       size_t wrong = 0;
       std::string first;
       for (size_t k = 0; k < params[i].count; ++k) {
         const double want = (me.size + 1) / 2.0 * grad_multiple(i, k, step);
-        const double have = decode(t, got.data() + k * bytes_of(t));
+        const double have = decode(t, got.data() + k * element_size(t));
         if (have != want) {
           if (wrong == 0) {
             first = " (element " + std::to_string(k) + ": got " + std::to_string(have) + ", want " +

@@ -19,12 +19,15 @@
 
 #include "common/cuda_device_guard.h"
 #include "gpu_test_main.h"
-#include "processes.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
+#include "subprocess.h"
 
 namespace slurmddp::gpu_testing {
 namespace {
+
+using support::spawn_self;
+using support::wait_for;
 
 int g_device_count = 0;
 constexpr size_t kCount = 3000;  // two buckets of float32 with the options below

@@ -1,14 +1,15 @@
 #include "cluster.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <sstream>
+#include <vector>
+
+#include "subprocess.h"
 
 namespace slurmddp::systest {
 
@@ -58,64 +59,30 @@ std::string fresh_dir(const std::string& name) {
 
 Result run(const std::string& command, std::chrono::seconds timeout, const std::string& cwd) {
   Result r;
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return r;
-  std::string dir = cwd.empty() ? jobs_dir() : cwd;
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    dup2(out_pipe[1], 1);
-    dup2(err_pipe[1], 2);
-    if (chdir(dir.c_str()) != 0) _exit(127);
-    execl("/bin/bash", "bash", "-c", command.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
+  support::SpawnOptions o;
+  o.out = support::Stdio::kPipe;
+  o.err = support::Stdio::kPipe;
+  o.cwd = cwd.empty() ? jobs_dir() : cwd;
+  o.own_group = true;
+  std::optional<support::Child> child;
+  try {
+    child.emplace(std::vector<std::string>{"/bin/bash", "-c", command}, o);
+  } catch (const std::exception&) {
+    return r;
   }
-  setpgid(pid, pid);
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  int open_fds = 2;
-  char buf[65536];
-  while (open_fds > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      // srun cancels its step on SIGTERM; a SIGKILL would leave the job allocated.
-      r.timed_out = true;
-      kill(-pid, SIGTERM);
-      auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      int st = 0;
-      while (waitpid(pid, &st, WNOHANG) == 0 && std::chrono::steady_clock::now() < grace) {
-        poll(nullptr, 0, 50);
-      }
-      kill(-pid, SIGKILL);
-      break;
-    }
-    if (poll(fds, 2, static_cast<int>(left.count())) < 0) continue;
-    for (auto& f : fds) {
-      if (f.fd < 0 || (f.revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      ssize_t n = read(f.fd, buf, sizeof buf);
-      if (n <= 0) {
-        close(f.fd);
-        f.fd = -1;
-        --open_fds;
-      } else {
-        (f.fd == out_pipe[0] ? r.out : r.err).append(buf, static_cast<size_t>(n));
-      }
-    }
+  const pid_t pid = child->pid();
+  if (!child->read_all(support::Clock::now() + timeout, &r.out, &r.err)) {
+    // srun cancels its step on SIGTERM; a SIGKILL would leave the job allocated.
+    r.timed_out = true;
+    kill(-pid, SIGTERM);
+    child->wait(std::chrono::seconds(10));
+    kill(-pid, SIGKILL);
   }
-  for (auto& f : fds) {
-    if (f.fd >= 0) close(f.fd);
-  }
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid) status = 0;
+  const std::optional<int> code = child->wait(support::Clock::time_point::max());
   if (r.timed_out) {
     r.rc = 124;
-  } else if (WIFEXITED(status)) {
-    r.rc = WEXITSTATUS(status);
-  } else if (WIFSIGNALED(status)) {
-    r.rc = 128 + WTERMSIG(status);
+  } else if (code && *code >= 0) {
+    r.rc = *code;
   }
   return r;
 }

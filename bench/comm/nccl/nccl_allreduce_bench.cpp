@@ -64,8 +64,6 @@ using Clock = std::chrono::steady_clock;
 using slurmddp::DataType;
 using slurmddp::ReduceOp;
 using slurmddp::bench::median_of;
-using slurmddp::gpu_testing::bytes_of;
-using slurmddp::gpu_testing::name;
 using slurmddp::gpu_testing::scale_of;
 
 struct Args : slurmddp::bench::RankOptions {
@@ -81,11 +79,11 @@ struct Args : slurmddp::bench::RankOptions {
   bool raw = true;  // also time raw NCCL (ncclAllReduce on its own communicator), same run
 };
 
-// The value of `all` whose name() is `text`.
+// The value of `all` whose to_string() is `text`.
 template <typename T>
 bool by_name(const std::vector<T>& all, const std::string& text, T* out) {
   for (T v : all) {
-    if (text == name(v)) {
+    if (text == slurmddp::to_string(v)) {
       *out = v;
       return true;
     }
@@ -320,13 +318,19 @@ int run_rank(const Args& a, int devices) {
                          prop.name + ", bus " + bus + ")";
   if (store) store->set("bench/map/" + std::to_string(rank), slurmddp::Bytes(me.begin(), me.end()));
 
-  const size_t esz = bytes_of(a.type);
+  const size_t esz = slurmddp::element_size(a.type);
   const size_t max_count = a.max_bytes / esz;
   void* buf = nullptr;
   cuda_check(cudaMalloc(&buf, std::max<size_t>(max_count, 1) * esz), "cudaMalloc");
   double* stat = nullptr;  // per-rank figures reduced over ranks on the GPU
   cuda_check(cudaMalloc(reinterpret_cast<void**>(&stat), 3 * sizeof(double)), "cudaMalloc");
 
+  slurmddp::bench::TableOptions columns;
+  columns.ranks = size;
+  if (a.raw) {
+    columns.extra = {{"raw_time(us)", 12, 2}, {"raw_busbw(GB/s)", 15, 2}, {"ours/raw", 9, 3}};
+  }
+  slurmddp::bench::Table table(columns);
   if (rank == 0) {
     int runtime = 0;
     int driver = 0;
@@ -342,7 +346,8 @@ int run_rank(const Args& a, int devices) {
     std::printf(
         "# ranks %d, iters %d, reps %d (median of reps, max over ranks), warmup %d, "
         "type %s, redop %s, timeout %ld ms\n",
-        size, a.iters, a.reps, a.warmup, name(a.type), name(a.op), a.timeout_ms);
+        size, a.iters, a.reps, a.warmup, slurmddp::to_string(a.type), slurmddp::to_string(a.op),
+        a.timeout_ms);
     if (store) {
       for (int r = 0; r < size; ++r) {
         const auto v = store->get("bench/map/" + std::to_string(r), wait_limit);
@@ -362,16 +367,10 @@ int run_rank(const Args& a, int devices) {
           "a check of the multi-process path, not a bandwidth figure\n",
           size, devices);
     }
-    std::printf("#\n# %12s %12s %9s %7s %12s %12s %12s %8s", "size(B)", "count", "type", "redop",
-                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
-    if (a.raw) std::printf(" %12s %15s %9s", "raw_time(us)", "raw_busbw(GB/s)", "ours/raw");
-    std::printf("\n");
-    std::fflush(stdout);
+    std::printf("#\n");
+    table.print_header();
   }
 
-  const double bus_factor = size > 1 ? 2.0 * (size - 1) / size : 0.0;
-  double busbw_sum = 0;
-  int rows = 0;
   long long wrong_total = 0;
   std::vector<double> ratios_large;  // ours/raw busbw at >= 64 MiB
   std::vector<uint8_t> host;
@@ -432,28 +431,28 @@ int run_rank(const Args& a, int devices) {
     double all[3] = {0, 0, 0};
     cuda_check(cudaMemcpy(all, stat, sizeof all, cudaMemcpyDeviceToHost), "cudaMemcpy");
     wrong_total += static_cast<long long>(all[1]);
-    const double algbw = static_cast<double>(count * esz) / (all[0] * 1e-6) / 1e9;
-    busbw_sum += algbw * bus_factor;
-    ++rows;
     if (rank == 0) {
-      std::printf("  %12zu %12zu %9s %7s %12.2f %12.2f %12.2f %8lld", count * esz, count,
-                  name(a.type), name(a.op), all[0], algbw, algbw * bus_factor,
-                  static_cast<long long>(all[1]));
+      slurmddp::bench::TableRow row;
+      row.bytes = count * esz;
+      row.count = count;
+      row.type = slurmddp::to_string(a.type);
+      row.redop = slurmddp::to_string(a.op);
+      row.time_us = all[0];
+      row.wrong = static_cast<long long>(all[1]);
       if (a.raw) {
-        const double raw_algbw = static_cast<double>(count * esz) / (all[2] * 1e-6) / 1e9;
+        const double raw_busbw =
+            slurmddp::bench::gbps(static_cast<double>(row.bytes), all[2]) * table.bus_factor();
         // busbw ratio = time ratio (same bytes, same factor); 1 rank: algbw ratio
         const double ratio = all[2] / all[0];
-        std::printf(" %12.2f %15.2f %9.3f", all[2], raw_algbw * bus_factor, ratio);
-        if (count * esz >= (size_t{64} << 20)) ratios_large.push_back(ratio);
+        row.extra = {all[2], raw_busbw, ratio};
+        if (row.bytes >= (size_t{64} << 20)) ratios_large.push_back(ratio);
       }
-      std::printf("\n");
-      std::fflush(stdout);
+      table.print_row(row);
     }
     if (bytes > a.max_bytes / a.factor) break;  // next step would overflow or pass the end
   }
   if (rank == 0) {
-    std::printf("# Avg bus bandwidth    : %.4f\n", rows ? busbw_sum / rows : 0.0);
-    std::printf("# Wrong values         : %lld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    table.print_trailer();
     if (a.raw && !ratios_large.empty()) {
       const double r = median_of(ratios_large);
       std::printf(

@@ -198,34 +198,35 @@ TEST(TransferKernel, MatchesTheHostCastsForEveryPairAndSegmentShape) {
       // One source buffer, segments at odd element offsets (unaligned).
       size_t total = 0;
       for (size_t c : counts) total += c + 3;
-      std::vector<uint8_t> host_src(total * bytes_of(src));
+      std::vector<uint8_t> host_src(total * element_size(src));
       for (size_t i = 0; i < total; ++i) {
         const double v = std::ldexp(static_cast<double>(rng() % 2000001) - 1000000.0,
                                     static_cast<int>(rng() % 30) - 20);
         set_value(src, host_src.data(), i, v);
       }
       DeviceBuffer d_src(host_src.size());
-      DeviceBuffer d_dst(total * bytes_of(dst));
+      DeviceBuffer d_dst(total * element_size(dst));
       d_src.upload(host_src.data());
-      std::vector<uint8_t> sentinel(total * bytes_of(dst), 0x5a);
+      std::vector<uint8_t> sentinel(total * element_size(dst), 0x5a);
       d_dst.upload(sentinel.data());
       Transfer t{src, dst, {}};
       size_t at = 0;
       for (size_t c : counts) {
         at += 3;
-        t.segments.push_back(Segment{static_cast<uint8_t*>(d_src.get()) + at * bytes_of(src),
-                                     static_cast<uint8_t*>(d_dst.get()) + at * bytes_of(dst), c});
+        t.segments.push_back(Segment{static_cast<uint8_t*>(d_src.get()) + at * element_size(src),
+                                     static_cast<uint8_t*>(d_dst.get()) + at * element_size(dst),
+                                     c});
         at += c;
       }
       device->run_blocking(device->add_transfer(t));
-      std::vector<uint8_t> got(total * bytes_of(dst));
+      std::vector<uint8_t> got(total * element_size(dst));
       d_dst.download(got.data());
       std::vector<uint8_t> want = sentinel;
       at = 0;
       for (size_t c : counts) {
         at += 3;
-        grad_sync::convert(host_src.data() + at * bytes_of(src), src,
-                           want.data() + at * bytes_of(dst), dst, c);
+        grad_sync::convert(host_src.data() + at * element_size(src), src,
+                           want.data() + at * element_size(dst), dst, c);
         at += c;
       }
       ASSERT_EQ(got, want) << "src " << static_cast<int>(src) << " dst " << static_cast<int>(dst);
@@ -267,9 +268,9 @@ struct GpuModel {
   std::vector<std::unique_ptr<DeviceBuffer>> grads;
   explicit GpuModel(std::vector<Shape> s, bool with_grads) : shapes(std::move(s)) {
     for (const auto& sh : shapes) {
-      data.push_back(std::make_unique<DeviceBuffer>(sh.count * bytes_of(sh.dtype)));
+      data.push_back(std::make_unique<DeviceBuffer>(sh.count * element_size(sh.dtype)));
       grads.push_back(
-          std::make_unique<DeviceBuffer>(with_grads ? sh.count * bytes_of(sh.dtype) : 0));
+          std::make_unique<DeviceBuffer>(with_grads ? sh.count * element_size(sh.dtype) : 0));
     }
   }
   std::vector<GradParameter> parameters(bool with_grads) {
@@ -311,7 +312,7 @@ TEST_P(GpuEngine, EveryRankEndsWithTheAverageOnTheDevice) {
     GpuModel m(shapes, !c.views);
     // Parameters: rank-specific values, rank 0's must arrive everywhere.
     for (size_t i = 0; i < shapes.size(); ++i) {
-      std::vector<uint8_t> h(shapes[i].count * bytes_of(shapes[i].dtype));
+      std::vector<uint8_t> h(shapes[i].count * element_size(shapes[i].dtype));
       for (size_t k = 0; k < shapes[i].count; ++k)
         set_value(shapes[i].dtype, h.data(), k, param_value(rank, i, k));
       m.data[i]->upload(h.data());
@@ -325,7 +326,7 @@ TEST_P(GpuEngine, EveryRankEndsWithTheAverageOnTheDevice) {
     GradSync sync(std::make_shared<CudaFacade>(group->communicator(rank)), m.parameters(!c.views),
                   o);
     for (size_t i = 0; i < shapes.size(); ++i) {
-      std::vector<uint8_t> h(shapes[i].count * bytes_of(shapes[i].dtype));
+      std::vector<uint8_t> h(shapes[i].count * element_size(shapes[i].dtype));
       m.data[i]->download(h.data());
       for (size_t k = 0; k < shapes[i].count; ++k) {
         std::vector<uint8_t> one(8);
@@ -341,7 +342,7 @@ TEST_P(GpuEngine, EveryRankEndsWithTheAverageOnTheDevice) {
       // Pinned host sources so that the copies really are asynchronous.
       std::vector<void*> hosts(shapes.size(), nullptr);
       for (size_t i : shuffled(shapes.size(), 77 * rank + step)) {
-        const size_t bytes = shapes[i].count * bytes_of(shapes[i].dtype);
+        const size_t bytes = shapes[i].count * element_size(shapes[i].dtype);
         if (bytes == 0) {
           sync.mark_ready(i);
           continue;
@@ -359,7 +360,7 @@ TEST_P(GpuEngine, EveryRankEndsWithTheAverageOnTheDevice) {
       sync.wait();
       for (size_t i = 0; i < shapes.size(); ++i) {
         const DataType t = shapes[i].dtype;
-        const size_t bytes = shapes[i].count * bytes_of(t);
+        const size_t bytes = shapes[i].count * element_size(t);
         if (bytes == 0) continue;
         std::vector<uint8_t> got(bytes);
         const void* g = c.views ? sync.gradient(i) : m.grads[i]->get();

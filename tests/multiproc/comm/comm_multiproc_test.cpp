@@ -6,8 +6,6 @@
 // is killed (by PID) and reaped.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,8 +20,7 @@
 #include <vector>
 
 #include "slurmddp/tcp_store.h"
-
-extern char** environ;
+#include "subprocess.h"
 
 namespace {
 
@@ -43,25 +40,7 @@ std::string rank_binary() {
 // One rank process: its stdout is collected line by line on a thread.
 class RankProcess {
  public:
-  RankProcess(const std::vector<std::string>& args) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    posix_spawn_file_actions_addclose(&fa, fds[1]);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    if (rc != 0) {
-      close(fds[0]);
-      throw std::runtime_error("posix_spawn " + args[0] + " failed");
-    }
-    fd_ = fds[0];
+  RankProcess(const std::vector<std::string>& args) : child_(args, options()) {
     reader_ = std::thread([this] { read_lines(); });
   }
 
@@ -69,14 +48,11 @@ class RankProcess {
     kill_now();
     reap();
     if (reader_.joinable()) reader_.join();
-    close(fd_);
   }
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
 
-  void signal(int sig) {
-    if (!reaped_) ::kill(pid_, sig);
-  }
+  void signal(int sig) { child_.signal(sig); }
   void kill_now() { signal(SIGKILL); }
 
   // Waits until a line starting with `prefix` arrived; returns it ("" on timeout).
@@ -95,30 +71,23 @@ class RankProcess {
     return found;
   }
 
-  void reap() {
-    if (reaped_) return;
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    reaped_ = true;
-  }
+  void reap() { child_.wait(slurmddp::support::Clock::time_point::max()); }
 
  private:
+  static slurmddp::support::SpawnOptions options() {
+    slurmddp::support::SpawnOptions o;
+    o.out = slurmddp::support::Stdio::kPipe;
+    return o;
+  }
+
+  // Only this thread reads the child's stdout.
   void read_lines() {
-    std::string partial;
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = read(fd_, buf, sizeof buf);
-      if (n <= 0) break;
-      partial.append(buf, static_cast<size_t>(n));
-      size_t nl;
-      while ((nl = partial.find('\n')) != std::string::npos) {
-        {
-          std::lock_guard<std::mutex> lock(m_);
-          lines_.push_back(partial.substr(0, nl));
-        }
-        cv_.notify_all();
-        partial.erase(0, nl + 1);
+    while (auto line = child_.read_line(slurmddp::support::Clock::time_point::max())) {
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        lines_.push_back(*line);
       }
+      cv_.notify_all();
     }
     {
       std::lock_guard<std::mutex> lock(m_);
@@ -127,9 +96,7 @@ class RankProcess {
     cv_.notify_all();
   }
 
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  bool reaped_ = false;
+  slurmddp::support::Child child_;
   std::thread reader_;
   std::mutex m_;
   std::condition_variable cv_;

@@ -6,8 +6,11 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
-#include "rank_process.h"
+#include "subprocess.h"
 
 namespace slurmddp::testing {
 namespace {
@@ -15,6 +18,7 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
+using support::Child;
 
 struct RankResult {
   std::optional<int> exit_code;
@@ -29,6 +33,14 @@ struct RankResult {
   }
 };
 
+// One rank: stdout on a pipe, stderr in a temporary file.
+std::unique_ptr<Child> start_rank(const std::vector<std::string>& argv) {
+  support::SpawnOptions o;
+  o.out = support::Stdio::kPipe;
+  o.err = support::Stdio::kFile;
+  return std::make_unique<Child>(argv, o);
+}
+
 std::string helper() {
   const char* h = std::getenv("GRAD_SYNC_RANK");
   return h != nullptr ? h : "";
@@ -39,13 +51,13 @@ std::string helper() {
 std::vector<RankResult> run_group(const std::string& scenario, int size, uint64_t seed,
                                   std::chrono::milliseconds within) {
   const auto deadline = Clock::now() + within;
-  std::vector<std::unique_ptr<RankProcess>> procs;
+  std::vector<std::unique_ptr<Child>> procs;
   std::vector<RankResult> results(static_cast<size_t>(size));
   auto argv = [&](int rank, const std::string& port) {
     return std::vector<std::string>{
         helper(), scenario, std::to_string(rank), std::to_string(size), port, std::to_string(seed)};
   };
-  procs.push_back(std::make_unique<RankProcess>(argv(0, "0")));
+  procs.push_back(start_rank(argv(0, "0")));
   const auto first = procs[0]->read_line(deadline);
   if (!first || first->rfind("port ", 0) != 0) {
     ADD_FAILURE() << "rank 0 did not report its store port; stderr:\n" << procs[0]->stderr_text();
@@ -53,7 +65,7 @@ std::vector<RankResult> run_group(const std::string& scenario, int size, uint64_
   }
   results[0].lines.push_back(*first);
   const std::string port = first->substr(5);
-  for (int r = 1; r < size; ++r) procs.push_back(std::make_unique<RankProcess>(argv(r, port)));
+  for (int r = 1; r < size; ++r) procs.push_back(start_rank(argv(r, port)));
   for (int r = 0; r < size; ++r) {
     auto& res = results[static_cast<size_t>(r)];
     while (auto line = procs[static_cast<size_t>(r)]->read_line(deadline)) {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/reduce.h"
+#include "common/dtype.h"
 #include "slurmddp/communicator.h"
 
 namespace slurmddp::testing {
@@ -35,7 +35,7 @@ inline const std::vector<ReduceOp>& all_ops() {
   return o;
 }
 
-inline bool is_integer(DataType t) { return t == DataType::kInt32 || t == DataType::kInt64; }
+using common::is_integer;
 
 inline double scale_of(DataType t) { return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0; }
 
@@ -69,44 +69,11 @@ inline double expected_reduction(DataType t, ReduceOp op, int n, size_t i) {
 }
 
 inline void store_value(DataType t, void* buf, size_t i, double v) {
-  switch (t) {
-    case DataType::kFloat32:
-      static_cast<float*>(buf)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      static_cast<double*>(buf)[i] = v;
-      break;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(buf)[i] = comm::float_to_half(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      static_cast<uint16_t*>(buf)[i] = comm::float_to_bfloat16(static_cast<float>(v));
-      break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
-      break;
-  }
+  common::store_from_double(t, buf, i, v);
 }
 
 inline double load_value(DataType t, const void* buf, size_t i) {
-  switch (t) {
-    case DataType::kFloat32:
-      return static_cast<const float*>(buf)[i];
-    case DataType::kFloat64:
-      return static_cast<const double*>(buf)[i];
-    case DataType::kFloat16:
-      return comm::half_to_float(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kBFloat16:
-      return comm::bfloat16_to_float(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kInt32:
-      return static_cast<const int32_t*>(buf)[i];
-    case DataType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
-  }
-  return 0;
+  return common::load_as_double(t, buf, i);
 }
 
 // A byte buffer of `count` elements of `t`.

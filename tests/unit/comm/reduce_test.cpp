@@ -2,6 +2,7 @@
 // kernels, average.
 #include "comm/reduce.h"
 
+#include "common/half.h"
 #include "slurmddp/error.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,11 @@
 
 namespace slurmddp::comm {
 namespace {
+
+using common::bfloat16_to_float;
+using common::float_to_bfloat16;
+using common::float_to_half;
+using common::half_to_float;
 
 uint32_t bits(float f) {
   uint32_t u;

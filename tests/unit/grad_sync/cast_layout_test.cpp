@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "common/half.h"
 #include "grad_sync/cast.h"
 #include "grad_sync/layout.h"
 #include "slurmddp/error.h"
@@ -15,6 +16,12 @@
 namespace slurmddp::grad_sync {
 namespace {
 
+using common::bfloat16_to_float;
+using common::double_to_bfloat16;
+using common::double_to_half;
+using common::float_to_bfloat16;
+using common::float_to_half;
+using common::half_to_float;
 using ::testing::HasSubstr;
 
 uint32_t bits(float f) {

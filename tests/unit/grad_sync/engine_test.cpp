@@ -18,7 +18,6 @@ namespace slurmddp {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::bytes_of;
 using testing::expected_average;
 using testing::FakeGroup;
 using testing::get_value;
@@ -311,7 +310,7 @@ TEST(GradSyncEngine, CompressedAveragesStayWithinTheRoundingBound) {
         GradSync sync(group->communicator(rank), m.parameters(!views), o);
         for (const auto& b : sync.buckets()) {
           const bool wide = b.dtype == DataType::kFloat32 || b.dtype == DataType::kFloat64;
-          EXPECT_EQ(b.wire_bytes, b.count * (wide ? 2 : bytes_of(b.dtype)));
+          EXPECT_EQ(b.wire_bytes, b.count * (wide ? 2 : element_size(b.dtype)));
         }
         for (size_t i = 0; i < shapes.size(); ++i) {
           void* g = grad_ptr(sync, m, i, views);

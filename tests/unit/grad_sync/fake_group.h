@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "grad_sync/bucket_plan.h"
-#include "grad_sync/cast.h"
 #include "slurmddp/communicator.h"
 #include "slurmddp/error.h"
 
@@ -192,45 +192,8 @@ inline void FakeGroup::complete(Slot& slot) {
   const Call& c = slot.call;
   const size_t n = c.count;
   const size_t ranks = static_cast<size_t>(size_);
-  auto get = [&](const void* p, size_t i) -> double {
-    switch (c.type) {
-      case DataType::kFloat32:
-        return static_cast<const float*>(p)[i];
-      case DataType::kFloat64:
-        return static_cast<const double*>(p)[i];
-      case DataType::kFloat16:
-        return grad_sync::half_to_float(static_cast<const uint16_t*>(p)[i]);
-      case DataType::kBFloat16:
-        return grad_sync::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
-      case DataType::kInt32:
-        return static_cast<const int32_t*>(p)[i];
-      case DataType::kInt64:
-        return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    }
-    return 0;
-  };
-  auto put = [&](void* p, size_t i, double v) {
-    switch (c.type) {
-      case DataType::kFloat32:
-        static_cast<float*>(p)[i] = static_cast<float>(v);
-        break;
-      case DataType::kFloat64:
-        static_cast<double*>(p)[i] = v;
-        break;
-      case DataType::kFloat16:
-        static_cast<uint16_t*>(p)[i] = grad_sync::double_to_half(v);
-        break;
-      case DataType::kBFloat16:
-        static_cast<uint16_t*>(p)[i] = grad_sync::double_to_bfloat16(v);
-        break;
-      case DataType::kInt32:
-        static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-        break;
-      case DataType::kInt64:
-        static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-        break;
-    }
-  };
+  auto get = [&](const void* p, size_t i) { return common::load_as_double(c.type, p, i); };
+  auto put = [&](void* p, size_t i, double v) { common::store_from_double(c.type, p, i, v); };
   const size_t es = grad_sync::dtype_bytes(c.type);
   if (c.kind == "allreduce") {
     std::vector<double> acc(n, 0.0);

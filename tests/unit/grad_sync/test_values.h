@@ -9,48 +9,18 @@
 #include <string>
 #include <vector>
 
-#include "grad_sync/cast.h"
+#include "common/dtype.h"
 #include "slurmddp/communicator.h"
 #include "slurmddp/grad_sync.h"
 
 namespace slurmddp::testing {
 
-inline size_t bytes_of(DataType t) {
-  return t == DataType::kFloat64 ? 8 : (t == DataType::kFloat32 ? 4 : 2);
-}
-
 inline double get_value(DataType t, const void* p, size_t i) {
-  switch (t) {
-    case DataType::kFloat32:
-      return static_cast<const float*>(p)[i];
-    case DataType::kFloat64:
-      return static_cast<const double*>(p)[i];
-    case DataType::kFloat16:
-      return grad_sync::half_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DataType::kBFloat16:
-      return grad_sync::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
-    default:
-      return NAN;
-  }
+  return common::load_as_double(t, p, i);
 }
 
 inline void set_value(DataType t, void* p, size_t i, double v) {
-  switch (t) {
-    case DataType::kFloat32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      static_cast<double*>(p)[i] = v;
-      break;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(p)[i] = grad_sync::double_to_half(v);
-      break;
-    case DataType::kBFloat16:
-      static_cast<uint16_t*>(p)[i] = grad_sync::double_to_bfloat16(v);
-      break;
-    default:
-      break;
-  }
+  common::store_from_double(t, p, i, v);
 }
 
 // An integer in [-8, 8]: sums over up to 4 ranks and 3 steps stay exact in
@@ -113,10 +83,10 @@ inline std::vector<Shape> random_layout(uint64_t seed, size_t n, size_t cap_byte
         count = 1 + 2 * (rng() % 50);  // odd
         break;
       case 2:
-        count = cap_bytes / bytes_of(t) + 1 + rng() % 1000;  // larger than the cap
+        count = cap_bytes / element_size(t) + 1 + rng() % 1000;  // larger than the cap
         break;
       default:
-        count = 1 + rng() % (cap_bytes / bytes_of(t) / 3 + 1);
+        count = 1 + rng() % (cap_bytes / element_size(t) / 3 + 1);
     }
     out.push_back({count, t});
   }
@@ -131,8 +101,8 @@ struct Model {
 
   Model(std::vector<Shape> s, bool with_grads) : shapes(std::move(s)) {
     for (const auto& sh : shapes) {
-      data.emplace_back(sh.count * bytes_of(sh.dtype) + 1);
-      grads.emplace_back(with_grads ? sh.count * bytes_of(sh.dtype) + 1 : 0);
+      data.emplace_back(sh.count * element_size(sh.dtype) + 1);
+      grads.emplace_back(with_grads ? sh.count * element_size(sh.dtype) + 1 : 0);
     }
   }
 
