@@ -40,12 +40,12 @@ struct Config {
   size_t min_bytes = 4096;
   size_t max_bytes = size_t{256} << 20;
   size_t factor = 2;
-  int iters = 0;   // 0: by size
-  int warmup = -1; // -1: by size
+  int iters = 0;    // 0: by size
+  int warmup = -1;  // -1: by size
   std::string ifname;
   std::string hostname = "127.0.0.1";
   long timeout_ms = 300000;
-  long long small_max = -1;   // -1: GlooOptions default
+  long long small_max = -1;  // -1: GlooOptions default
   // worker only
   int rank = -1;
   int port = 0;
@@ -161,23 +161,26 @@ int worker(const Config& c) {
       const Bytes b = store->get("bench/who/" + std::to_string(r), timeout);
       map += " " + std::string(b.begin(), b.end());
     }
-    std::printf("# slurm-ddp allreduce benchmark: Gloo communicator (bench/comm/gloo_allreduce_bench)\n");
-    std::printf("# libgloo %d.%d.%d (TCP transport), %d ranks as processes, %s, timeout %ld ms\n",
-                GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, n,
-                c.ifname.empty() ? ("hostname " + c.hostname).c_str()
-                                 : ("interface " + c.ifname).c_str(),
-                c.timeout_ms);
+    std::printf(
+        "# slurm-ddp allreduce benchmark: Gloo communicator (bench/comm/gloo_allreduce_bench)\n");
+    std::printf(
+        "# libgloo %d.%d.%d (TCP transport), %d ranks as processes, %s, timeout %ld ms\n",
+        GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, n,
+        c.ifname.empty() ? ("hostname " + c.hostname).c_str() : ("interface " + c.ifname).c_str(),
+        c.timeout_ms);
     size_t wmem = 0;
     if (FILE* f = std::fopen("/proc/sys/net/core/wmem_max", "r")) {
       if (std::fscanf(f, "%zu", &wmem) != 1) wmem = 0;
       std::fclose(f);
     }
-    std::printf("# algorithms: up to min(small_max_bytes %zu, net.core.wmem_max %zu, 16 MiB/(n-1)) "
-                "halving-doubling on blocking sockets (2 ranks: one exchange), above that "
-                "gloo::allreduce ring in place\n",
-                o.small_max_bytes, wmem);
-    std::printf("# per size: untimed warm-up, repetitions from a barrier, time = median over "
-                "repetitions of the slowest rank; GB = 1e9, busbw = algbw * 2(n-1)/n\n");
+    std::printf(
+        "# algorithms: up to min(small_max_bytes %zu, net.core.wmem_max %zu, 16 MiB/(n-1)) "
+        "halving-doubling on blocking sockets (2 ranks: one exchange), above that "
+        "gloo::allreduce ring in place\n",
+        o.small_max_bytes, wmem);
+    std::printf(
+        "# per size: untimed warm-up, repetitions from a barrier, time = median over "
+        "repetitions of the slowest rank; GB = 1e9, busbw = algbw * 2(n-1)/n\n");
     std::printf("# rank:host/pid%s\n", map.c_str());
     table.print_header();
   }
@@ -237,16 +240,26 @@ int launcher(const Config& c, char** argv) {
   std::vector<pid_t> pids;
   for (int r = 0; r < c.ranks; ++r) {
     std::vector<std::string> args = {"/proc/self/exe",
-                                     "--ranks", std::to_string(c.ranks),
-                                     "--min-bytes", std::to_string(c.min_bytes),
-                                     "--max-bytes", std::to_string(c.max_bytes),
-                                     "--factor", std::to_string(c.factor),
-                                     "--iters", std::to_string(c.iters),
-                                     "--warmup", std::to_string(c.warmup),
-                                     "--timeout-ms", std::to_string(c.timeout_ms),
-                                     "--small-max-bytes", std::to_string(c.small_max),
-                                     "--worker-rank", std::to_string(r),
-                                     "--worker-port", std::to_string(store->port())};
+                                     "--ranks",
+                                     std::to_string(c.ranks),
+                                     "--min-bytes",
+                                     std::to_string(c.min_bytes),
+                                     "--max-bytes",
+                                     std::to_string(c.max_bytes),
+                                     "--factor",
+                                     std::to_string(c.factor),
+                                     "--iters",
+                                     std::to_string(c.iters),
+                                     "--warmup",
+                                     std::to_string(c.warmup),
+                                     "--timeout-ms",
+                                     std::to_string(c.timeout_ms),
+                                     "--small-max-bytes",
+                                     std::to_string(c.small_max),
+                                     "--worker-rank",
+                                     std::to_string(r),
+                                     "--worker-port",
+                                     std::to_string(store->port())};
     if (!c.ifname.empty()) {
       args.insert(args.end(), {"--ifname", c.ifname});
     } else {

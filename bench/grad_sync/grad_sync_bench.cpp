@@ -457,7 +457,6 @@ struct Stat {
   double cpu = 0;  // median CPU time
 };
 
-
 Stat stat_of(const std::vector<Sample>& samples) {
   Stat s;
   if (samples.empty()) return s;

@@ -414,8 +414,8 @@ int main(int argc, char** argv) {
                   row.impl.c_str(), n, cfg.replicas, cfg.rank, count, row.results.size(), wall_med,
                   *std::min_element(wall.begin(), wall.end()),
                   *std::max_element(wall.begin(), wall.end()), median_of(cpu),
-                  static_cast<double>(count) / wall_med / 1e6, median_of(peak), median_of(added), x_torch,
-                  wrong.c_str());
+                  static_cast<double>(count) / wall_med / 1e6, median_of(peak), median_of(added),
+                  x_torch, wrong.c_str());
       std::fflush(stdout);
       medians[row.impl][n] = wall_med;
       if (row.impl == "scalable") {

@@ -208,7 +208,7 @@ void train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train:
     train::allreduce_sum(comm, correct, 2, timeout);
     if (id.rank == 0) {
       std::printf("epoch %lld: loss %.4f test accuracy %.2f%% (%lld/%lld) %.0f samples/s\n",
-                  static_cast<long long>(epoch + 1), stats[0] / std::max(stats[1], 1.0),
+                  static_cast<long long>(epoch) + 1, stats[0] / std::max(stats[1], 1.0),
                   100.0 * static_cast<double>(correct[0]) / static_cast<double>(correct[1]),
                   static_cast<long long>(correct[0]), static_cast<long long>(correct[1]),
                   stats[1] / secs);

@@ -93,8 +93,8 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* backend() const = 0;       // "gloo", "nccl"
-  virtual DeviceKind device() const = 0;         // where buffers must live
+  virtual const char* backend() const = 0;  // "gloo", "nccl"
+  virtual DeviceKind device() const = 0;    // where buffers must live
   // The timeout used by the blocking helpers and by the backend's own I/O.
   virtual std::chrono::milliseconds timeout() const = 0;
 

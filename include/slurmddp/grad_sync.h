@@ -221,7 +221,7 @@ class GradSync {
   GradSyncStepStats last_step_stats() const;
 
  private:
-  class Impl;
+  class __attribute__((visibility("hidden"))) Impl;  // internal: not exported
   std::unique_ptr<Impl> impl_;
 };
 

@@ -36,14 +36,14 @@ struct ProcessIdentity {
   int local_world_size = 1;
   int node_rank = 0;
   int num_nodes = 1;
-  std::string master_addr;   // empty with the PMIx source (no port needed)
+  std::string master_addr;  // empty with the PMIx source (no port needed)
   uint16_t master_port = 0;
-  std::string token;         // SLURMDDP_TOKEN; empty: open rendezvous
+  std::string token;  // SLURMDDP_TOKEN; empty: open rendezvous
   // GPU index within CUDA_VISIBLE_DEVICES: SLURMDDP_LOCAL_DEVICE, else
   // LOCAL_RANK modulo the visible count; unset when no GPU is visible.
   std::optional<int> local_device;
-  std::string ifname;        // SLURMDDP_IFNAME, else GLOO_SOCKET_IFNAME; may be empty
-  std::string step;          // "<jobid>.<stepid>" when known
+  std::string ifname;  // SLURMDDP_IFNAME, else GLOO_SOCKET_IFNAME; may be empty
+  std::string step;    // "<jobid>.<stepid>" when known
 
   // One line for logs, e.g. "rank 3/8 (local 3/4, node 0/2) master 10.0.0.1:20001
   // source plugin step 12.0". Never contains the token.

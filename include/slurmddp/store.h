@@ -85,8 +85,7 @@ class Store {
 // Blocks until all `world_size` ranks have entered the barrier `name` (use a
 // fresh name per barrier), or throws TimeoutError of the form
 //   "store barrier 'init': 3/4 ranks joined; missing: [2]" after `timeout`.
-void store_barrier(Store& store, const std::string& name, int rank, int world_size,
-                   Millis timeout);
+void store_barrier(Store& store, const std::string& name, int rank, int world_size, Millis timeout);
 
 // A store living inside this process, for tests and single-process runs.
 std::shared_ptr<Store> make_in_process_store();

@@ -59,7 +59,7 @@ class TcpStoreServer {
   bool drain(Millis timeout);
 
  private:
-  struct Impl;
+  struct __attribute__((visibility("hidden"))) Impl;  // internal: not exported
   explicit TcpStoreServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -34,8 +34,10 @@ const char* to_string(ReduceOp op) {
 
 #if !SLURMDDP_HAVE_GLOO
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options) {
-  throw Error("gloo: failed to create a communicator: slurm-ddp was built without Gloo "
-              "(libgloo-dev); rank=" + std::to_string(options.rank));
+  throw Error(
+      "gloo: failed to create a communicator: slurm-ddp was built without Gloo "
+      "(libgloo-dev); rank=" +
+      std::to_string(options.rank));
 }
 #endif
 

@@ -12,7 +12,9 @@
 
 namespace slurmddp::comm {
 
-AlgorithmCache::~AlgorithmCache() { clear(); }
+AlgorithmCache::~AlgorithmCache() {
+  clear();
+}
 
 void AlgorithmCache::clear() {
   while (!lru_.empty()) lru_.pop_front();
@@ -20,8 +22,7 @@ void AlgorithmCache::clear() {
   used_ = 0;
 }
 
-void AlgorithmCache::insert(const std::string& key,
-                            const std::shared_ptr<CachedAlgorithm>& entry) {
+void AlgorithmCache::insert(const std::string& key, const std::shared_ptr<CachedAlgorithm>& entry) {
   const size_t size = entry->footprint();
   if (size > budget_) return;  // used once, freed by the caller
   while (!lru_.empty() && used_ + size > budget_) {
@@ -106,9 +107,8 @@ std::shared_ptr<CachedAlgorithm> make_ring_typed(const std::shared_ptr<gloo::Con
   auto entry = std::make_shared<CachedAlgorithm>();
   entry->in.resize(count * sizeof(T));
   std::vector<T*> ptrs{reinterpret_cast<T*>(entry->in.data())};
-  entry->algorithm = std::make_unique<gloo::AllreduceRing<T>>(context, ptrs,
-                                                              static_cast<int>(count),
-                                                              reduction_for<T>(op));
+  entry->algorithm = std::make_unique<gloo::AllreduceRing<T>>(
+      context, ptrs, static_cast<int>(count), reduction_for<T>(op));
   return entry;
 }
 
@@ -178,8 +178,7 @@ std::shared_ptr<CachedAlgorithm> make_broadcast(const std::shared_ptr<gloo::Cont
   auto entry = std::make_shared<CachedAlgorithm>();
   entry->in.resize(bytes);
   std::vector<uint8_t*> ptrs{entry->in.data()};
-  entry->algorithm =
-      std::make_unique<gloo::BroadcastOneToAll<uint8_t>>(context, ptrs, bytes, root);
+  entry->algorithm = std::make_unique<gloo::BroadcastOneToAll<uint8_t>>(context, ptrs, bytes, root);
   return entry;
 }
 

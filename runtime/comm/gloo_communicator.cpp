@@ -84,7 +84,9 @@ std::string first_of_list(const char* value) {
   return comma == std::string::npos ? s : s.substr(0, comma);
 }
 
-Bytes text_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+Bytes text_bytes(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
 
 struct Bind {
   std::string ifname;
@@ -94,8 +96,10 @@ struct Bind {
 
 Bind choose_bind(const GlooOptions& o) {
   if (!o.ifname.empty() && !o.hostname.empty()) {
-    throw InvalidArgument("gloo: failed to choose the local address: set ifname or hostname, "
-                          "not both; ifname=" + o.ifname + ", hostname=" + o.hostname);
+    throw InvalidArgument(
+        "gloo: failed to choose the local address: set ifname or hostname, "
+        "not both; ifname=" +
+        o.ifname + ", hostname=" + o.hostname);
   }
   if (!o.ifname.empty()) return {o.ifname, "", "ifname=" + o.ifname};
   if (!o.hostname.empty()) return {"", o.hostname, "hostname=" + o.hostname};
@@ -108,9 +112,10 @@ Bind choose_bind(const GlooOptions& o) {
   }
   const std::string host = host_name();
   if (!host.empty() && resolves(host)) return {"", host, "hostname=" + host + " (this host)"};
-  SLURMDDP_LOG_WARN(kComponent, "this host's name '" << host
-                                << "' does not resolve; binding 127.0.0.1 (set "
-                                   "SLURMDDP_IFNAME to choose an interface)");
+  SLURMDDP_LOG_WARN(kComponent, "this host's name '"
+                                    << host
+                                    << "' does not resolve; binding 127.0.0.1 (set "
+                                       "SLURMDDP_IFNAME to choose an interface)");
   return {"", "127.0.0.1", "hostname=127.0.0.1 (fallback)"};
 }
 
@@ -148,7 +153,7 @@ class ScopedSigpipeBlock {
   ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
 
  private:
-  sigset_t old_;
+  sigset_t old_{};
 };
 
 // The largest send buffer this host lets a socket ask for (SO_SNDBUF).
@@ -270,12 +275,14 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
     throw InvalidArgument("gloo: failed to create a communicator: size must be >= 1; " + keys);
   }
   if (o.rank < 0 || o.rank >= o.size) {
-    throw InvalidArgument(
-        "gloo: failed to create a communicator: rank must be in [0, size); " + keys);
+    throw InvalidArgument("gloo: failed to create a communicator: rank must be in [0, size); " +
+                          keys);
   }
   if (o.timeout.count() <= 0) {
-    throw InvalidArgument("gloo: failed to create a communicator: timeout must be positive; "
-                          "timeout_ms=" + std::to_string(o.timeout.count()) + ", " + keys);
+    throw InvalidArgument(
+        "gloo: failed to create a communicator: timeout must be positive; "
+        "timeout_ms=" +
+        std::to_string(o.timeout.count()) + ", " + keys);
   }
   if (o.prefix.empty()) {
     throw InvalidArgument("gloo: failed to create a communicator: prefix is empty; " + keys);
@@ -283,8 +290,10 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
   ScopedSigpipeBlock no_sigpipe;  // Note [SIGPIPE]
   if (size_ > 1) {
     if (!store_) {
-      throw InvalidArgument("gloo: failed to create a communicator: no store for the "
-                            "rendezvous; " + keys);
+      throw InvalidArgument(
+          "gloo: failed to create a communicator: no store for the "
+          "rendezvous; " +
+          keys);
     }
     bind_ = choose_bind(o);
     gloo::transport::tcp::attr attr;
@@ -296,9 +305,9 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
     try {
       device_ = gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
-      throw InvalidArgument("gloo: failed to bind the TCP transport: " +
-                            comm::strip_gloo_location(e.what()) + "; " + bind_.source + ", " +
-                            keys);
+      throw InvalidArgument(
+          "gloo: failed to bind the TCP transport: " + comm::strip_gloo_location(e.what()) + "; " +
+          bind_.source + ", " + keys);
     }
     join(std::move(group));
     sync_ctx_ = connect_mesh("sync");
@@ -306,8 +315,8 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
       try {
         comm::prime_send_buffers(*sync_ctx_, small_max_);  // Note [Priming send buffers]
       } catch (const std::exception& e) {
-        throw PeerError("gloo: failed to prime the sync mesh of '" + prefix_ + "': " +
-                        comm::strip_gloo_location(e.what()) + "; " + keys);
+        throw PeerError("gloo: failed to prime the sync mesh of '" + prefix_ +
+                        "': " + comm::strip_gloo_location(e.what()) + "; " + keys);
       }
     }
     for (int j = 0; j < size_; ++j) {
@@ -326,9 +335,9 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
       }
     }
     SLURMDDP_LOG_DEBUG(kComponent, "communicator '" << prefix_ << "' ready: rank=" << rank_
-                                   << ", size=" << size_ << ", " << bind_.source
-                                   << ", device=" << device_->str()
-                                   << ", timeout_ms=" << timeout_.count());
+                                                    << ", size=" << size_ << ", " << bind_.source
+                                                    << ", device=" << device_->str()
+                                                    << ", timeout_ms=" << timeout_.count());
   }
   if (!group_) {
     // One rank: nobody to meet, nothing in the store.
@@ -390,8 +399,8 @@ std::shared_ptr<gloo::rendezvous::Context> GlooCommunicator::connect_mesh(const 
     throw;  // already in our grammar (e.g. a store timeout naming the keys)
   } catch (const std::exception& e) {
     throw PeerError(std::string("gloo: failed to connect the ") + name + " mesh of '" + prefix_ +
-                    "': " + comm::strip_gloo_location(e.what()) + "; rank=" +
-                    std::to_string(rank_) + ", size=" + std::to_string(size_) + ", " +
+                    "': " + comm::strip_gloo_location(e.what()) +
+                    "; rank=" + std::to_string(rank_) + ", size=" + std::to_string(size_) + ", " +
                     bind_.source);
   }
   return ctx;
@@ -430,18 +439,17 @@ void GlooCommunicator::publish_endpoints() {
 
 void GlooCommunicator::check_type(const char* verb, DataType type) const {
   if (element_size(type) == 0) {
-    throw InvalidArgument(std::string("gloo: failed to ") + verb + ": unknown data type; type=" +
-                          std::to_string(static_cast<int>(type)) + ", rank=" +
-                          std::to_string(rank_));
+    throw InvalidArgument(std::string("gloo: failed to ") + verb +
+                          ": unknown data type; type=" + std::to_string(static_cast<int>(type)) +
+                          ", rank=" + std::to_string(rank_));
   }
 }
 
 void GlooCommunicator::check_op(const char* verb, ReduceOp op) const {
   if (op != ReduceOp::kSum && op != ReduceOp::kAvg && op != ReduceOp::kMin &&
       op != ReduceOp::kMax) {
-    throw InvalidArgument(std::string("gloo: failed to ") + verb +
-                          ": unknown reduction; op=" + std::to_string(static_cast<int>(op)) +
-                          ", rank=" + std::to_string(rank_));
+    throw InvalidArgument(std::string("gloo: failed to ") + verb + ": unknown reduction; op=" +
+                          std::to_string(static_cast<int>(op)) + ", rank=" + std::to_string(rank_));
   }
 }
 
@@ -487,9 +495,9 @@ WorkHandle GlooCommunicator::allreduce(void* data, size_t count, DataType type, 
 WorkHandle GlooCommunicator::broadcast(void* data, size_t count, DataType type, int root) {
   checked_bytes("broadcast", count, type, 1);
   if (root < 0 || root >= size_) {
-    throw InvalidArgument("gloo: failed to broadcast: root out of range; root=" +
-                          std::to_string(root) + ", size=" + std::to_string(size_) +
-                          ", rank=" + std::to_string(rank_));
+    throw InvalidArgument(
+        "gloo: failed to broadcast: root out of range; root=" + std::to_string(root) +
+        ", size=" + std::to_string(size_) + ", rank=" + std::to_string(rank_));
   }
   if (count > 0 && data == nullptr) {
     throw InvalidArgument("gloo: failed to broadcast: data is null; count=" +
@@ -500,12 +508,11 @@ WorkHandle GlooCommunicator::broadcast(void* data, size_t count, DataType type, 
   return submit(what.str(), [=] { do_broadcast(data, count, type, root); });
 }
 
-WorkHandle GlooCommunicator::allgather(const void* send, void* recv, size_t count,
-                                       DataType type) {
+WorkHandle GlooCommunicator::allgather(const void* send, void* recv, size_t count, DataType type) {
   checked_bytes("allgather", count, type, static_cast<size_t>(size_));
   if (count > 0 && (send == nullptr || recv == nullptr)) {
-    throw InvalidArgument("gloo: failed to allgather: null buffer; count=" +
-                          std::to_string(count) + ", rank=" + std::to_string(rank_));
+    throw InvalidArgument("gloo: failed to allgather: null buffer; count=" + std::to_string(count) +
+                          ", rank=" + std::to_string(rank_));
   }
   std::ostringstream what;
   what << "allgather " << count << ' ' << to_string(type) << " per rank";
@@ -670,8 +677,8 @@ void GlooCommunicator::allreduce_native(void* user, size_t count, DataType type,
                                         const Stage& in, const Stage& out) {
   const size_t bytes = count * element_size(type);
   if (comm::choose_allreduce_tier(bytes, small_max_) == comm::AllreduceTier::kSmallSync) {
-    const std::string key = std::string("allreduce/") + to_string(type) + "/" +
-                            to_string(base) + "/" + std::to_string(count);
+    const std::string key = std::string("allreduce/") + to_string(type) + "/" + to_string(base) +
+                            "/" + std::to_string(count);
     auto entry = cache_.get(key, [&] {
       return size_ == 2 ? comm::make_allreduce_pair_exchange(sync_ctx_, type, base, count)
                         : comm::make_allreduce_hd(sync_ctx_, type, base, count);
@@ -722,9 +729,8 @@ void GlooCommunicator::do_broadcast(void* data, size_t count, DataType type, int
   if (count == 0 || size_ == 1) return;
   const size_t bytes = count * element_size(type);
   if (bytes <= small_max_) {
-    auto entry = cache_.get(
-        "broadcast/" + std::to_string(bytes) + "/" + std::to_string(root),
-        [&] { return comm::make_broadcast(sync_ctx_, bytes, root); });
+    auto entry = cache_.get("broadcast/" + std::to_string(bytes) + "/" + std::to_string(root),
+                            [&] { return comm::make_broadcast(sync_ctx_, bytes, root); });
     if (rank_ == root) std::memcpy(entry->in.data(), data, bytes);
     entry->algorithm->run();
     if (rank_ != root) std::memcpy(data, entry->in.data(), bytes);
@@ -749,7 +755,7 @@ void GlooCommunicator::do_allgather(const void* send, void* recv, size_t count, 
   const size_t total = bytes * static_cast<size_t>(size_);
   if (total <= small_max_) {
     auto entry = cache_.get("allgather/" + std::to_string(bytes),
-                                  [&] { return comm::make_allgather(sync_ctx_, bytes); });
+                            [&] { return comm::make_allgather(sync_ctx_, bytes); });
     std::memcpy(entry->in.data(), send, bytes);
     entry->algorithm->run();
     std::memcpy(out, entry->out.data(), total);
@@ -765,8 +771,8 @@ void GlooCommunicator::do_allgather(const void* send, void* recv, size_t count, 
   gloo::allgather(opts);
 }
 
-void GlooCommunicator::do_reduce_scatter(const void* send, void* recv, size_t count,
-                                         DataType type, ReduceOp op) {
+void GlooCommunicator::do_reduce_scatter(const void* send, void* recv, size_t count, DataType type,
+                                         ReduceOp op) {
   if (count == 0) return;
   const size_t bytes = count * element_size(type);
   if (size_ == 1) {

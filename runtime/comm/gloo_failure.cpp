@@ -112,8 +112,8 @@ std::vector<std::string> decode_endpoints(const std::string& text, int peer) {
   return {};
 }
 
-std::vector<std::vector<std::string>> exchanged_endpoints(const std::vector<char>& record,
-                                                          int rank, int size) {
+std::vector<std::vector<std::string>> exchanged_endpoints(const std::vector<char>& record, int rank,
+                                                          int size) {
   std::vector<std::vector<std::string>> out(static_cast<size_t>(std::max(size, 0)));
   const size_t one = gloo::transport::tcp::Address().bytes().size();
   if (size < 2 || rank < 0 || rank >= size ||
@@ -144,7 +144,9 @@ std::string endpoints_key(const std::string& prefix, int rank) {
 
 namespace {
 
-std::string bytes_to_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
+std::string bytes_to_string(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
 
 constexpr std::chrono::milliseconds kStoreReadTimeout{2000};
 
@@ -157,8 +159,8 @@ void resolve_peer(const DiagnosisContext& ctx, Observation& o) {
     try {
       const std::string key = endpoints_key(ctx.prefix, j);
       if (!ctx.store->check({key})) continue;
-      for (const auto& e : decode_endpoints(bytes_to_string(ctx.store->get(key, kStoreReadTimeout)),
-                                            ctx.rank)) {
+      for (const auto& e :
+           decode_endpoints(bytes_to_string(ctx.store->get(key, kStoreReadTimeout)), ctx.rank)) {
         if (e == o.endpoint) {
           o.peer = j;
           return;

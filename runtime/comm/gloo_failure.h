@@ -48,8 +48,8 @@ std::vector<std::string> decode_endpoints(const std::string& text, int peer);
 // `rank` itself). `record` is what the mesh stored under "<rank>": one TCP
 // address per peer, in rank order. Empty when the record has another shape
 // (another Gloo version): best effort, like the rest of the diagnosis.
-std::vector<std::vector<std::string>> exchanged_endpoints(const std::vector<char>& record,
-                                                          int rank, int size);
+std::vector<std::vector<std::string>> exchanged_endpoints(const std::vector<char>& record, int rank,
+                                                          int size);
 
 // The peer rank behind the observation's endpoint (reads the other ranks'
 // endpoint keys; best effort, never throws). Note [Failure notes], step 1.

@@ -33,10 +33,10 @@ void GlooWork::wait(std::chrono::milliseconds timeout) {
   }
   if (error_) std::rethrow_exception(error_);
   if (done_) return;
-  auto timed_out = std::make_exception_ptr(TimeoutError(
-      "gloo: failed to wait for " + what_ + ": not completed after " +
-      std::to_string(timeout.count()) + " ms; the communicator is now broken; rank=" +
-      std::to_string(rank_) + ", timeout_ms=" + std::to_string(timeout.count())));
+  auto timed_out = std::make_exception_ptr(
+      TimeoutError("gloo: failed to wait for " + what_ + ": not completed after " +
+                   std::to_string(timeout.count()) + " ms; the communicator is now broken; rank=" +
+                   std::to_string(rank_) + ", timeout_ms=" + std::to_string(timeout.count())));
   lock.unlock();  // the diagnosis talks to the store for up to the grace period
   std::exception_ptr reported =
       state_->error() ? state_->error() : state_->diagnose_timeout(what_, timed_out);

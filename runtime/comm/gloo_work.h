@@ -29,7 +29,8 @@ class BreakState {
   using TimeoutDiagnoser =
       std::function<std::exception_ptr(const std::string& what, const std::exception_ptr& plain)>;
   void set_timeout_diagnoser(TimeoutDiagnoser d) { diagnose_timeout_ = std::move(d); }
-  std::exception_ptr diagnose_timeout(const std::string& what, const std::exception_ptr& plain) const {
+  std::exception_ptr diagnose_timeout(const std::string& what,
+                                      const std::exception_ptr& plain) const {
     return diagnose_timeout_ ? diagnose_timeout_(what, plain) : plain;
   }
 

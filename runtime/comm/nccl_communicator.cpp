@@ -68,7 +68,7 @@ milliseconds bounded(milliseconds timeout) {
 
 class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
-  NcclCommunicatorImpl(const NcclOptions& options, int device, std::string device_source,
+  NcclCommunicatorImpl(const NcclOptions& options, int device, const std::string& device_source,
                        std::shared_ptr<membership::Membership> group);
   ~NcclCommunicatorImpl() override;
   NcclCommunicatorImpl(const NcclCommunicatorImpl&) = delete;
@@ -161,7 +161,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 };
 
 NcclCommunicatorImpl::NcclCommunicatorImpl(const NcclOptions& options, int device,
-                                           std::string device_source,
+                                           const std::string& device_source,
                                            std::shared_ptr<membership::Membership> group)
     : rank_(options.rank),
       size_(options.size),
@@ -790,6 +790,5 @@ std::unique_ptr<Communicator> comm::make_nccl_communicator(
 NcclCommunicator* as_nccl_communicator(Communicator* communicator) {
   return dynamic_cast<NcclCommunicator*>(communicator);
 }
-
 
 }  // namespace slurmddp

@@ -59,8 +59,8 @@ DeviceChoice choose_device(int requested, int visible, const EnvReader& env,
       if (!lr || lr->empty()) continue;
       int local = 0;
       if (!parse_index(*lr, &local)) {
-        throw InvalidArgument(std::string("nccl: failed to select a GPU: ") + name + "='" +
-                              *lr + "' is not a local rank (expected a non-negative integer); " +
+        throw InvalidArgument(std::string("nccl: failed to select a GPU: ") + name + "='" + *lr +
+                              "' is not a local rank (expected a non-negative integer); " +
                               context);
       }
       c.ordinal = local % visible;
@@ -72,12 +72,11 @@ DeviceChoice choose_device(int requested, int visible, const EnvReader& env,
     if (!found) c = {0, "default (no NcclOptions::device, SLURMDDP_LOCAL_DEVICE or LOCAL_RANK)"};
   }
   if (c.ordinal >= visible) {
-    throw InvalidArgument("nccl: failed to select a GPU: device ordinal " +
-                          std::to_string(c.ordinal) + " (from " + c.source +
-                          ") is not visible: this process sees " + std::to_string(visible) +
-                          " device" + (visible == 1 ? "" : "s") + " (ordinals 0.." +
-                          std::to_string(visible - 1) +
-                          ", counted within CUDA_VISIBLE_DEVICES); " + context);
+    throw InvalidArgument(
+        "nccl: failed to select a GPU: device ordinal " + std::to_string(c.ordinal) + " (from " +
+        c.source + ") is not visible: this process sees " + std::to_string(visible) + " device" +
+        (visible == 1 ? "" : "s") + " (ordinals 0.." + std::to_string(visible - 1) +
+        ", counted within CUDA_VISIBLE_DEVICES); " + context);
   }
   return c;
 }

@@ -11,11 +11,15 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options)
 
 std::unique_ptr<Communicator> comm::make_nccl_communicator(
     const NcclOptions& options, std::shared_ptr<membership::Membership> /*group*/) {
-  throw Error("nccl: failed to create a communicator: slurm-ddp was built without NCCL "
-              "(configure with -Dcuda=enabled -Dnccl=enabled where CUDA and NCCL are "
-              "installed); rank=" + std::to_string(options.rank));
+  throw Error(
+      "nccl: failed to create a communicator: slurm-ddp was built without NCCL "
+      "(configure with -Dcuda=enabled -Dnccl=enabled where CUDA and NCCL are "
+      "installed); rank=" +
+      std::to_string(options.rank));
 }
 
-NcclCommunicator* as_nccl_communicator(Communicator* /*communicator*/) { return nullptr; }
+NcclCommunicator* as_nccl_communicator(Communicator* /*communicator*/) {
+  return nullptr;
+}
 
 }  // namespace slurmddp

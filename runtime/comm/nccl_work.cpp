@@ -60,14 +60,14 @@ void NcclState::abort_locked(const std::exception_ptr& cause) {
     why = e.what();
   } catch (...) {
   }
-  SLURMDDP_LOG_ERROR(kNcclComponent, "aborting the NCCL communicator (ncclCommAbort) after: "
-                                         << why);
+  SLURMDDP_LOG_ERROR(kNcclComponent,
+                     "aborting the NCCL communicator (ncclCommAbort) after: " << why);
   const ncclResult_t r = ncclCommAbort(comm_);
   comm_ = nullptr;
   if (r != ncclSuccess && r != ncclInProgress) {
     SLURMDDP_LOG_WARN(kNcclComponent, "ncclCommAbort returned " << nccl_result_name(r) << " ("
-                                                                 << ncclGetErrorString(r)
-                                                                 << "); " << where_);
+                                                                << ncclGetErrorString(r) << "); "
+                                                                << where_);
   }
 }
 
@@ -173,12 +173,12 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
       continue;
     }
     if (now >= deadline) {
-      auto timed_out = std::make_exception_ptr(TimeoutError(
-          "nccl: failed to complete " + what_ + ": Work::wait gave up after " +
-          std::to_string(timeout.count()) +
-          " ms (a peer rank may have died, stalled or issued another collective); the "
-          "communicator is aborted; " + state_->where() +
-          ", timeout_ms=" + std::to_string(timeout.count())));
+      auto timed_out = std::make_exception_ptr(
+          TimeoutError("nccl: failed to complete " + what_ + ": Work::wait gave up after " +
+                       std::to_string(timeout.count()) +
+                       " ms (a peer rank may have died, stalled or issued another collective); the "
+                       "communicator is aborted; " +
+                       state_->where() + ", timeout_ms=" + std::to_string(timeout.count())));
       state_->fail(state_->diagnose("complete " + what_, timed_out, /*lost=*/false),
                    /*nccl_locked=*/false);
       if (auto e = state_->error_for(seq_)) std::rethrow_exception(e);
@@ -198,6 +198,8 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
   }
 }
 
-bool NcclWork::is_completed() { return poll() != Poll::kPending; }
+bool NcclWork::is_completed() {
+  return poll() != Poll::kPending;
+}
 
 }  // namespace slurmddp::comm

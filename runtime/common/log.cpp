@@ -51,9 +51,13 @@ bool parse_level(const std::string& name, Level* out) {
   return false;
 }
 
-bool enabled(Level level) { return static_cast<int>(level) <= static_cast<int>(current_level()); }
+bool enabled(Level level) {
+  return static_cast<int>(level) <= static_cast<int>(current_level());
+}
 
-void set_rank(int rank) { g_rank.store(rank); }
+void set_rank(int rank) {
+  g_rank.store(rank);
+}
 
 void write(Level level, const char* component, const std::string& message) {
   static const std::string host = hostname();
@@ -61,8 +65,8 @@ void write(Level level, const char* component, const std::string& message) {
   std::string line = "slurm-ddp[" + std::string(kNames[static_cast<int>(level)]);
   int r = g_rank.load();
   if (r >= 0) line += " rank=" + std::to_string(r);
-  line += " host=" + host + " pid=" + std::to_string(getpid()) + "] " + component + ": " +
-          message + "\n";
+  line += " host=" + host + " pid=" + std::to_string(getpid()) + "] " + component + ": " + message +
+          "\n";
   std::lock_guard<std::mutex> lock(mu);
   std::fwrite(line.data(), 1, line.size(), stderr);
 }

@@ -22,13 +22,13 @@ bool parse_level(const std::string& name, Level* out);
 
 }  // namespace slurmddp::log
 
-#define SLURMDDP_LOG(level, component, expr)                                   \
-  do {                                                                         \
-    if (::slurmddp::log::enabled(level)) {                                     \
-      std::ostringstream slurmddp_log_os_;                                     \
-      slurmddp_log_os_ << expr;                                                \
-      ::slurmddp::log::write(level, component, slurmddp_log_os_.str());        \
-    }                                                                          \
+#define SLURMDDP_LOG(level, component, expr)                                         \
+  do {                                                                               \
+    if (::slurmddp::log::enabled(level)) {                                           \
+      std::ostringstream slurmddp_log_os_;                                           \
+      slurmddp_log_os_ << expr; /* NOLINT(bugprone-macro-parentheses): a << chain */ \
+      ::slurmddp::log::write(level, component, slurmddp_log_os_.str());              \
+    }                                                                                \
   } while (0)
 
 #define SLURMDDP_LOG_ERROR(c, e) SLURMDDP_LOG(::slurmddp::log::Level::kError, c, e)

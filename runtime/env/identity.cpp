@@ -56,8 +56,9 @@ void check_less(const char* a_name, int a, const char* b_name, int b) {
 // The GPU index within CUDA_VISIBLE_DEVICES when the plugin did not say.
 std::optional<int> visible_device(const EnvReader& env, int local_rank, int local_world_size) {
   if (auto d = env("SLURMDDP_LOCAL_DEVICE")) {
-    return checked(
-        [&] { return static_cast<int>(launch::parse_uint("SLURMDDP_LOCAL_DEVICE", *d, 0, 1u << 16)); });
+    return checked([&] {
+      return static_cast<int>(launch::parse_uint("SLURMDDP_LOCAL_DEVICE", *d, 0, 1u << 16));
+    });
   }
   auto choice = launch::choose_device(static_cast<uint32_t>(local_rank),
                                       static_cast<uint32_t>(local_world_size),
@@ -92,8 +93,8 @@ ProcessIdentity from_torchrun(const EnvReader& env, IdentitySource source) {
   check_less("LOCAL_RANK", id.local_rank, "LOCAL_WORLD_SIZE", id.local_world_size);
   if (id.local_world_size > id.world_size) {
     throw InvalidArgument("identity: contradictory environment: LOCAL_WORLD_SIZE=" +
-                          std::to_string(id.local_world_size) + " > WORLD_SIZE=" +
-                          std::to_string(id.world_size));
+                          std::to_string(id.local_world_size) +
+                          " > WORLD_SIZE=" + std::to_string(id.world_size));
   }
   auto node = opt_int_var(env, "NODE_RANK", 0, kMaxRanks);
   if (!node) node = opt_int_var(env, "GROUP_RANK", 0, kMaxRanks);
@@ -138,12 +139,13 @@ ProcessIdentity from_slurm(const EnvReader& env, const launch::NetworkView& net)
     f.job_id = num("SLURM_JOB_ID");
     f.step_id = env("SLURM_STEP_ID") ? num("SLURM_STEP_ID") : num("SLURM_STEPID");
     if (!launch::is_task_step(f.step_id)) {
-      throw launch::LaunchError("this is not a task step (SLURM_STEP_ID=" + std::to_string(f.step_id) +
-                                ", the batch or an interactive step); launch the program with srun");
+      throw launch::LaunchError(
+          "this is not a task step (SLURM_STEP_ID=" + std::to_string(f.step_id) +
+          ", the batch or an interactive step); launch the program with srun");
     }
     f.node_id = num("SLURM_NODEID");
-    std::string tpn_name = env("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
-                                                             : "SLURM_TASKS_PER_NODE";
+    std::string tpn_name =
+        env("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
     auto tpn = launch::parse_tasks_per_node(tpn_name, req(tpn_name.c_str()));
     f.num_nodes = static_cast<uint32_t>(tpn.size());
     if (f.node_id >= f.num_nodes) {
@@ -167,7 +169,8 @@ ProcessIdentity from_slurm(const EnvReader& env, const launch::NetworkView& net)
                                 " differs from the sum of " + tpn_name + " (" +
                                 std::to_string(total) + ")");
     }
-    std::string nodelist_name = env("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_NODELIST";
+    std::string nodelist_name =
+        env("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_NODELIST";
     f.first_node = launch::first_host(nodelist_name, req(nodelist_name.c_str()));
     f.node_name = env("SLURMD_NODENAME").value_or("?");
     f.distribution = env("SLURM_DISTRIBUTION").value_or("");
@@ -187,8 +190,8 @@ ProcessIdentity from_slurm(const EnvReader& env, const launch::NetworkView& net)
     id.node_rank = static_cast<int>(plan.node_rank);
     id.num_nodes = static_cast<int>(plan.num_nodes);
     if (id.rank >= id.world_size || id.local_rank >= id.local_world_size) {
-      throw launch::LaunchError("SLURM_PROCID=" + std::to_string(id.rank) + " SLURM_LOCALID=" +
-                                std::to_string(id.local_rank) + " do not fit " +
+      throw launch::LaunchError("SLURM_PROCID=" + std::to_string(id.rank) +
+                                " SLURM_LOCALID=" + std::to_string(id.local_rank) + " do not fit " +
                                 std::to_string(id.world_size) + " tasks, " +
                                 std::to_string(id.local_world_size) + " on this node");
     }
@@ -214,10 +217,14 @@ bool has_any(const EnvReader& env, std::initializer_list<const char*> names) {
 
 const char* to_string(IdentitySource s) {
   switch (s) {
-    case IdentitySource::kPlugin: return "plugin";
-    case IdentitySource::kTorchrun: return "torchrun";
-    case IdentitySource::kSlurm: return "slurm";
-    case IdentitySource::kPmix: return "pmix";
+    case IdentitySource::kPlugin:
+      return "plugin";
+    case IdentitySource::kTorchrun:
+      return "torchrun";
+    case IdentitySource::kSlurm:
+      return "slurm";
+    case IdentitySource::kPmix:
+      return "pmix";
   }
   return "?";
 }
@@ -265,9 +272,8 @@ ProcessIdentity identity_from_environment() {
     const char* v = std::getenv(n);
     return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
   };
-  bool others = env(launch::kEnvStep) || env("RANK") || env("WORLD_SIZE") ||
-                env("MASTER_ADDR") || env("MASTER_PORT") ||
-                (env("SLURM_PROCID") && env("SLURM_JOB_ID"));
+  bool others = env(launch::kEnvStep) || env("RANK") || env("WORLD_SIZE") || env("MASTER_ADDR") ||
+                env("MASTER_PORT") || (env("SLURM_PROCID") && env("SLURM_JOB_ID"));
   if (!others && env("PMIX_RANK")) return pmix_identity();
   return identity_from_environment(env);
 }

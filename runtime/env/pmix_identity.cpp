@@ -20,14 +20,20 @@ uint32_t get_u32(const pmix_proc_t& proc, const char* key) {
   pmix_value_t* val = nullptr;
   pmix_status_t rc = PMIx_Get(&proc, key, nullptr, 0, &val);
   if (rc != PMIX_SUCCESS || val == nullptr) {
-    throw Error(std::string("identity: failed to read ") + key + " from PMIx: " +
-                PMIx_Error_string(rc));
+    throw Error(std::string("identity: failed to read ") + key +
+                " from PMIx: " + PMIx_Error_string(rc));
   }
   uint32_t out = 0;
   switch (val->type) {
-    case PMIX_UINT32: out = val->data.uint32; break;
-    case PMIX_UINT16: out = val->data.uint16; break;
-    case PMIX_INT: out = static_cast<uint32_t>(val->data.integer); break;
+    case PMIX_UINT32:
+      out = val->data.uint32;
+      break;
+    case PMIX_UINT16:
+      out = val->data.uint16;
+      break;
+    case PMIX_INT:
+      out = static_cast<uint32_t>(val->data.integer);
+      break;
     default:
       PMIX_VALUE_RELEASE(val);
       throw Error(std::string("identity: unexpected PMIx type for ") + key);

@@ -19,7 +19,9 @@ const char* const kComponent = "pmix";
 const char* const kEndpointKey = "slurmddp.store.endpoint";
 const char* const kTokenKey = "slurmddp.store.token";
 
-std::string pmix_error(pmix_status_t rc) { return PMIx_Error_string(rc); }
+std::string pmix_error(pmix_status_t rc) {
+  return PMIx_Error_string(rc);
+}
 
 // Owns one PMIx_Init/PMIx_Finalize pair (PMIx counts them).
 class PmixSession {
@@ -61,9 +63,11 @@ class PmixSession {
     PMIX_INFO_DESTRUCT(&info[0]);
     PMIX_INFO_DESTRUCT(&info[1]);
     if (rc == PMIX_ERR_TIMEOUT) {
-      throw TimeoutError("pmix: failed to exchange the rendezvous endpoint: the PMIx fence did not "
-                         "complete within " + std::to_string(secs) +
-                         " s (a rank did not start or is stuck); rank=" + std::to_string(rank));
+      throw TimeoutError(
+          "pmix: failed to exchange the rendezvous endpoint: the PMIx fence did not "
+          "complete within " +
+          std::to_string(secs) +
+          " s (a rank did not start or is stuck); rank=" + std::to_string(rank));
     }
     if (rc != PMIX_SUCCESS) {
       throw PeerError("pmix: failed to exchange the rendezvous endpoint: PMIx_Fence: " +
@@ -79,8 +83,8 @@ class PmixSession {
     pmix_status_t rc = PMIx_Get(&zero, key, nullptr, 0, &val);
     if (rc != PMIX_SUCCESS || val == nullptr || val->type != PMIX_STRING) {
       if (val != nullptr) PMIX_VALUE_RELEASE(val);
-      throw PeerError(std::string("pmix: failed to read ") + key + " published by rank 0: " +
-                      pmix_error(rc));
+      throw PeerError(std::string("pmix: failed to read ") + key +
+                      " published by rank 0: " + pmix_error(rc));
     }
     std::string out = val->data.string;
     PMIX_VALUE_RELEASE(val);

@@ -40,7 +40,6 @@ std::string host_name() {
   return buf;
 }
 
-
 class Group : public ProcessGroup {
  public:
   Group(ProcessIdentity id, std::shared_ptr<Store> store, std::shared_ptr<Communicator> comm,

@@ -36,7 +36,9 @@ std::string IpAddress::str() const {
   return buf;
 }
 
-bool IpAddress::is_v4() const { return family == AF_INET; }
+bool IpAddress::is_v4() const {
+  return family == AF_INET;
+}
 
 bool IpAddress::is_loopback() const {
   if (family == AF_INET) return bytes[0] == 127;
@@ -60,14 +62,17 @@ bool Cidr::contains(const IpAddress& a) const {
   return true;
 }
 
-std::string Cidr::str() const { return base.str() + "/" + std::to_string(prefix); }
+std::string Cidr::str() const {
+  return base.str() + "/" + std::to_string(prefix);
+}
 
 Cidr parse_cidr(std::string_view name, std::string_view value) {
   auto expected = "a network such as 10.10.0.0/16 or fd00::/64";
   auto slash = value.find('/');
   auto addr = IpAddress::parse(value.substr(0, slash));
   if (!addr) {
-    throw LaunchError("invalid " + std::string(name) + "=" + quote(value) + ": expected " + expected);
+    throw LaunchError("invalid " + std::string(name) + "=" + quote(value) + ": expected " +
+                      expected);
   }
   int max = addr->is_v4() ? 32 : 128;
   int prefix = max;
@@ -120,9 +125,9 @@ IpAddress select_address(std::string_view host, const std::vector<IpAddress>& ca
                          const AddressPolicy& policy) {
   std::vector<IpAddress> kept;
   for (const auto& a : candidates) {
-    bool in_net = policy.networks.empty() ||
-                  std::any_of(policy.networks.begin(), policy.networks.end(),
-                              [&](const Cidr& c) { return c.contains(a); });
+    bool in_net =
+        policy.networks.empty() || std::any_of(policy.networks.begin(), policy.networks.end(),
+                                               [&](const Cidr& c) { return c.contains(a); });
     if (in_net) kept.push_back(a);
   }
   if (kept.empty()) {
@@ -180,11 +185,11 @@ std::vector<IpAddress> resolve_host(const std::string& host) {
 namespace {
 int prefix_of(const sockaddr* mask, int family) {
   if (mask == nullptr) return family == AF_INET ? 32 : 128;
-  const uint8_t* b = family == AF_INET
-                         ? reinterpret_cast<const uint8_t*>(
-                               &reinterpret_cast<const sockaddr_in*>(mask)->sin_addr)
-                         : reinterpret_cast<const uint8_t*>(
-                               &reinterpret_cast<const sockaddr_in6*>(mask)->sin6_addr);
+  const uint8_t* b =
+      family == AF_INET
+          ? reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in*>(mask)->sin_addr)
+          : reinterpret_cast<const uint8_t*>(
+                &reinterpret_cast<const sockaddr_in6*>(mask)->sin6_addr);
   int n = family == AF_INET ? 4 : 16;
   int bits = 0;
   for (int i = 0; i < n; ++i) bits += __builtin_popcount(b[i]);

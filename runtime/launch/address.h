@@ -43,8 +43,8 @@ void check_host_syntax(std::string_view name, std::string_view value);
 void check_ifname_syntax(std::string_view name, std::string_view value);
 
 struct AddressPolicy {
-  std::vector<Cidr> networks;  // keep only addresses inside one of these (empty: all)
-  bool allow_loopback = false; // true only when every rank runs on one node
+  std::vector<Cidr> networks;   // keep only addresses inside one of these (empty: all)
+  bool allow_loopback = false;  // true only when every rank runs on one node
 };
 
 // Picks one address among `candidates` (the resolution of `host`)

@@ -89,13 +89,19 @@ Item parse_item(std::string_view name, std::string_view expr, std::string_view i
   size_t pos = 0;
   while (pos < item.size()) {
     auto open = item.find('[', pos);
-    if (open == std::string_view::npos) fail(name, expr, "text after the last ']' in " + quote(item));
+    if (open == std::string_view::npos) {
+      fail(name, expr, "text after the last ']' in " + quote(item));
+    }
     auto close = item.find(']', open);
     if (close == std::string_view::npos) fail(name, expr, "unbalanced '[' in " + quote(item));
     std::string_view text = item.substr(pos, open - pos);
-    if (text.find(']') != std::string_view::npos) fail(name, expr, "unbalanced ']' in " + quote(item));
+    if (text.find(']') != std::string_view::npos) {
+      fail(name, expr, "unbalanced ']' in " + quote(item));
+    }
     std::string_view inside = item.substr(open + 1, close - open - 1);
-    if (inside.find('[') != std::string_view::npos) fail(name, expr, "nested '[' in " + quote(item));
+    if (inside.find('[') != std::string_view::npos) {
+      fail(name, expr, "nested '[' in " + quote(item));
+    }
     out.groups.push_back(Group{std::string(text), parse_ranges(name, expr, inside)});
     pos = close + 1;
   }
@@ -164,7 +170,9 @@ std::vector<std::string> expand_hostlist(std::string_view name, std::string_view
       }
       for (uint64_t i = 0; i < total; ++i) hosts.push_back(host_of(item, i));
     }
-    if (hosts.size() > max_hosts) fail(name, expr, "more than " + std::to_string(max_hosts) + " hosts");
+    if (hosts.size() > max_hosts) {
+      fail(name, expr, "more than " + std::to_string(max_hosts) + " hosts");
+    }
   }
   return hosts;
 }

@@ -37,7 +37,8 @@ void check_step_facts(const StepFacts& f) {
   if (f.total_task_count == 0) bad("0 tasks");
   if (f.local_task_count == 0) bad("0 tasks on node " + f.node_name);
   if (f.node_id >= f.num_nodes) {
-    bad("node index " + std::to_string(f.node_id) + " >= node count " + std::to_string(f.num_nodes));
+    bad("node index " + std::to_string(f.node_id) + " >= node count " +
+        std::to_string(f.num_nodes));
   }
   if (f.local_task_count > f.total_task_count) {
     bad("local task count " + std::to_string(f.local_task_count) + " > total task count " +
@@ -219,9 +220,9 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
 
 std::string describe(const StepPlan& p, bool have_token) {
   std::string s = "step " + p.step + ": WORLD_SIZE=" + std::to_string(p.world_size) +
-                  " nodes=" + std::to_string(p.num_nodes) + " MASTER_ADDR=" + p.master_addr +
-                  " (" + p.master_host + ", " + p.addr_source + ") MASTER_PORT=" +
-                  std::to_string(p.port.port) + " (" + p.port.source + ")";
+                  " nodes=" + std::to_string(p.num_nodes) + " MASTER_ADDR=" + p.master_addr + " (" +
+                  p.master_host + ", " + p.addr_source +
+                  ") MASTER_PORT=" + std::to_string(p.port.port) + " (" + p.port.source + ")";
   if (!p.ifname.empty()) s += " ifname=" + p.ifname;
   if (p.ifname.empty() && !p.route_ifname.empty()) s += " route_ifname=" + p.route_ifname;
   if (p.bind_gpu) s += " bind_gpu=yes";

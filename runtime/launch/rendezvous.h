@@ -19,7 +19,9 @@ namespace slurmddp::launch {
 // Slurm's special step ids (batch script, extern, interactive, pending) are
 // all >= this value; such steps are not task steps and get nothing.
 inline constexpr uint32_t kFirstSpecialStepId = 0xfffffff0u;
-inline bool is_task_step(uint32_t step_id) { return step_id < kFirstSpecialStepId; }
+inline bool is_task_step(uint32_t step_id) {
+  return step_id < kFirstSpecialStepId;
+}
 
 // What the step looks like from one node.
 struct StepFacts {
@@ -95,9 +97,9 @@ struct TaskFacts {
 };
 
 struct DeviceChoice {
-  std::optional<uint32_t> local_device;           // index within CUDA_VISIBLE_DEVICES
-  std::optional<std::string> visible_devices;     // narrowed CUDA_VISIBLE_DEVICES (bind)
-  bool oversubscribed = false;                    // more tasks than visible GPUs share them
+  std::optional<uint32_t> local_device;        // index within CUDA_VISIBLE_DEVICES
+  std::optional<std::string> visible_devices;  // narrowed CUDA_VISIBLE_DEVICES (bind)
+  bool oversubscribed = false;                 // more tasks than visible GPUs share them
 };
 // SLURMDDP_LOCAL_DEVICE: local rank modulo the visible count when the task sees
 // every GPU of the step on this node (`node_gpus`); 0 when Slurm gave the task

@@ -22,13 +22,13 @@ inline constexpr PortRange kDefaultPortRange{61000, 65535};
 
 // Admin configuration: the arguments of the plugstack.conf line.
 struct PlugstackConfig {
-  bool enabled_by_default = true;         // default=on|off
+  bool enabled_by_default = true;            // default=on|off
   PortRange port_range = kDefaultPortRange;  // port_range=LO-HI
-  std::vector<Cidr> networks;             // network=CIDR[,CIDR]
-  std::string hostname_suffix;            // hostname_suffix=-ib
-  std::string ifname;                     // ifname=ib0
-  bool bind_gpu = false;                  // bind_gpu=yes|no
-  bool verbose = false;                   // verbose=yes|no
+  std::vector<Cidr> networks;                // network=CIDR[,CIDR]
+  std::string hostname_suffix;               // hostname_suffix=-ib
+  std::string ifname;                        // ifname=ib0
+  bool bind_gpu = false;                     // bind_gpu=yes|no
+  bool verbose = false;                      // verbose=yes|no
 };
 
 // Parses plugstack arguments ("key=value" each). Unknown keys and bad values
@@ -46,7 +46,7 @@ const std::vector<KeyDoc>& plugstack_keys();
 
 // Raw values of the user's srun/sbatch/salloc options (unset: not given).
 struct UserOptions {
-  std::optional<bool> enable;  // --ddp / --no-ddp
+  std::optional<bool> enable;         // --ddp / --no-ddp
   std::optional<std::string> port;    // --ddp-port
   std::optional<std::string> addr;    // --ddp-addr
   std::optional<std::string> ifname;  // --ddp-ifname
@@ -67,8 +67,8 @@ struct Sourced {
 // Everything resolved, validated and ready for the decisions.
 struct Settings {
   bool enabled = true;
-  std::optional<Sourced<uint16_t>> port;      // explicit port, if any
-  std::optional<Sourced<std::string>> addr;   // explicit master host/IP, if any
+  std::optional<Sourced<uint16_t>> port;     // explicit port, if any
+  std::optional<Sourced<std::string>> addr;  // explicit master host/IP, if any
   std::string ifname;
   std::vector<Cidr> networks;
   std::string hostname_suffix;

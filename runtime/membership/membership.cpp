@@ -89,7 +89,9 @@ void Membership::announce() {
   std::string record = "size=" + std::to_string(o_.size) + "\nhost=" + host_name() +
                        "\npid=" + std::to_string(getpid()) +
                        "\ngeneration=" + std::to_string(generation_) + "\n";
-  for (const auto& [name, value] : o_.fields) record += name + "=" + value + "\n";
+  for (const auto& [name, value] : o_.fields) {
+    record.append(name).append("=").append(value).append("\n");
+  }
   // The sum of the sizes announced lets rank 0 see at a glance whether anyone
   // disagrees (complete()); it is counted before the record is visible.
   o_.store->add(key("size_sum"), o_.size);

@@ -220,9 +220,9 @@ std::exception_ptr decide(const DiagnosisContext& ctx, const Observation& own,
     for (int j = 0; j < ctx.size; ++j) {
       const auto& n = notes[static_cast<size_t>(j)];
       if (j != ctx.rank && n && n->kind == Observation::Kind::kAborted) {
-        return std::make_exception_ptr(PeerError(head + "rank " + std::to_string(j) +
-                                                 " aborted the communicator: " + n->detail + "; " +
-                                                 keys + ", peer=" + std::to_string(j)));
+        std::string m = head + "rank " + std::to_string(j) + " aborted the communicator: ";
+        m.append(n->detail).append("; ").append(keys).append(", peer=").append(std::to_string(j));
+        return std::make_exception_ptr(PeerError(m));
       }
     }
   }

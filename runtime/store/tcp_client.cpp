@@ -585,7 +585,7 @@ void TcpClient::expect(const Reply& r, wire::Type type) {
   if (r.type == wire::Type::kError) {
     wire::Reader rd(r.payload.data(), r.payload.size());
     auto code = static_cast<wire::ErrorCode>(rd.u8());
-    std::string msg = rd.str(64 * 1024);
+    std::string msg = rd.str(size_t{64} * 1024);
     if (code == wire::ErrorCode::kInvalidArgument) throw InvalidArgument(msg);
     if (code == wire::ErrorCode::kBusy) throw Error(msg + "; server=" + endpoint_);
     throw ProtocolError(msg + "; server=" + endpoint_);

@@ -70,7 +70,7 @@ inline constexpr const char* kComponent = "store";
 inline constexpr uint64_t kListenId = 1;
 inline constexpr uint64_t kWakeId = 2;
 inline constexpr uint64_t kFirstConnId = 16;
-inline constexpr size_t kReadChunk = 64 * 1024;
+inline constexpr size_t kReadChunk = size_t{64} * 1024;
 // Bytes read from one connection per readiness event, so that one busy
 // connection cannot starve the others.
 inline constexpr size_t kReadBudget = 1 << 20;

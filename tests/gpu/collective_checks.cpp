@@ -70,15 +70,15 @@ class Checker {
 
   DeviceBuffer& alloc(std::unique_ptr<DeviceBuffer>& slot, size_t bytes) {
     slot = std::make_unique<DeviceBuffer>(bytes);
-    if (!slot->ok()) throw std::runtime_error("cudaMalloc(" + std::to_string(bytes) +
-                                              "): " + slot->error());
+    if (!slot->ok())
+      throw std::runtime_error("cudaMalloc(" + std::to_string(bytes) + "): " + slot->error());
     return *slot;
   }
 
   // Compares element i of `got` with expected(i); records at most 3 mismatches.
   template <typename Expected>
-  void compare(const std::string& label, DataType t, ReduceOp op,
-               const std::vector<uint8_t>& got, size_t count, Expected expected) {
+  void compare(const std::string& label, DataType t, ReduceOp op, const std::vector<uint8_t>& got,
+               size_t count, Expected expected) {
     size_t wrong = 0;
     std::ostringstream first;
     for (size_t i = 0; i < count; ++i) {

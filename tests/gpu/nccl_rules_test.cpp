@@ -1,11 +1,12 @@
 // The NCCL communicator's pure rules (device choice, rendezvous diagnosis):
 // run in the unit suite on any machine, GPU or not.
+#include "comm/nccl_rules.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
 
-#include "comm/nccl_rules.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"
 
@@ -29,8 +30,8 @@ TEST(NcclDeviceChoice, ExplicitDeviceWins) {
 }
 
 TEST(NcclDeviceChoice, PluginVariableBeforeLocalRank) {
-  const auto c = choose_device(
-      -1, 4, env_of({{"SLURMDDP_LOCAL_DEVICE", "3"}, {"LOCAL_RANK", "1"}}), kWhere);
+  const auto c =
+      choose_device(-1, 4, env_of({{"SLURMDDP_LOCAL_DEVICE", "3"}, {"LOCAL_RANK", "1"}}), kWhere);
   EXPECT_EQ(c.ordinal, 3);
   EXPECT_EQ(c.source, "SLURMDDP_LOCAL_DEVICE=3");
 }
@@ -45,8 +46,7 @@ TEST(NcclDeviceChoice, LocalRankModuloVisibleDevices) {
 
 TEST(NcclDeviceChoice, OrdinalOutOfRangeNamesEverything) {
   try {
-    choose_device(-1, 2,
-                  env_of({{"SLURMDDP_LOCAL_DEVICE", "5"}, {"CUDA_VISIBLE_DEVICES", "2,3"}}),
+    choose_device(-1, 2, env_of({{"SLURMDDP_LOCAL_DEVICE", "5"}, {"CUDA_VISIBLE_DEVICES", "2,3"}}),
                   kWhere);
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
@@ -62,8 +62,7 @@ TEST(NcclDeviceChoice, OrdinalOutOfRangeNamesEverything) {
   } catch (const InvalidArgument& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("device ordinal 4 (from NcclOptions::device=4)"), std::string::npos) << m;
-    EXPECT_NE(m.find("CUDA_VISIBLE_DEVICES unset, SLURMDDP_LOCAL_DEVICE unset"),
-              std::string::npos)
+    EXPECT_NE(m.find("CUDA_VISIBLE_DEVICES unset, SLURMDDP_LOCAL_DEVICE unset"), std::string::npos)
         << m;
   }
 }

@@ -54,11 +54,11 @@ int main(int argc, char** argv) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   std::string line = std::string("host=") + host + " ips=" + ipv4_addresses();
-  for (const char* v :
-       {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-        "MASTER_ADDR", "MASTER_PORT", "SLURMDDP_LOCAL_DEVICE", "SLURMDDP_STEP",
-        "SLURMDDP_NUM_NODES", "CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
-        "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_ID", "SLURM_STEP_RESV_PORTS"}) {
+  for (const char* v : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
+                        "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURMDDP_LOCAL_DEVICE",
+                        "SLURMDDP_STEP", "SLURMDDP_NUM_NODES", "CUDA_VISIBLE_DEVICES",
+                        "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "SLURM_PROCID", "SLURM_LOCALID",
+                        "SLURM_NODEID", "SLURM_STEP_ID", "SLURM_STEP_RESV_PORTS"}) {
     line += std::string(" ") + v + "=" + env_or_unset(v);
   }
   const char* token = std::getenv("SLURMDDP_TOKEN");
@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (true) {
       int n = 0;
-      for (const auto& e : fs::directory_iterator(dir)) n += e.path().filename().string().rfind("step-", 0) == 0;
+      for (const auto& e : fs::directory_iterator(dir))
+        n += e.path().filename().string().rfind("step-", 0) == 0;
       if (n >= want) break;
       if (std::chrono::steady_clock::now() > deadline) {
         std::fprintf(stderr, "ddp_probe: only %d of %d steps met in %s\n", n, want, argv[2]);

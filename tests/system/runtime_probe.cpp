@@ -97,9 +97,11 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    std::printf("runtime rank=%d world=%d local=%d/%d node=%d source=%s bootstrap=%s backend=%s ok=1\n",
-                id.rank, w, id.local_rank, id.local_world_size, id.node_rank,
-                slurmddp::to_string(id.source), pg->bootstrap() == slurmddp::Bootstrap::kPmix ? "pmix" : "tcp", comm.backend());
+    std::printf(
+        "runtime rank=%d world=%d local=%d/%d node=%d source=%s bootstrap=%s backend=%s ok=1\n",
+        id.rank, w, id.local_rank, id.local_world_size, id.node_rank,
+        slurmddp::to_string(id.source),
+        pg->bootstrap() == slurmddp::Bootstrap::kPmix ? "pmix" : "tcp", comm.backend());
     std::fflush(stdout);
     pg->shutdown();
   } catch (const std::exception& e) {

@@ -140,10 +140,10 @@ class Group {
     }
     procs_.resize(static_cast<size_t>(size));
     for (int r : ranks) {
-      procs_[static_cast<size_t>(r)] = std::make_unique<RankProcess>(std::vector<std::string>{
-          rank_binary(), scenario, std::to_string(r), std::to_string(size),
-          std::to_string(store_->port()), prefix, std::to_string(timeout.count()),
-          std::to_string(count)});
+      procs_[static_cast<size_t>(r)] = std::make_unique<RankProcess>(
+          std::vector<std::string>{rank_binary(), scenario, std::to_string(r), std::to_string(size),
+                                   std::to_string(store_->port()), prefix,
+                                   std::to_string(timeout.count()), std::to_string(count)});
     }
   }
 
@@ -215,9 +215,9 @@ TEST_P(KillOneRank, EveryOtherRankFailsWithinTheTimeoutNamingIt) {
     const Result res = g.result(r, kTimeout * 3);
     ASSERT_TRUE(res.kind == "PeerError" || res.kind == "TimeoutError")
         << "rank " << r << ": " << res.kind << " " << res.text;
-    EXPECT_NE(res.text.find("gloo: failed to allreduce " + std::to_string(fc.count) +
-                            " float32 (sum)"),
-              std::string::npos)
+    EXPECT_NE(
+        res.text.find("gloo: failed to allreduce " + std::to_string(fc.count) + " float32 (sum)"),
+        std::string::npos)
         << res.text;
     EXPECT_TRUE(res.text.find("lost peer rank " + victim) != std::string::npos ||
                 res.text.find("missing=[" + victim + "]") != std::string::npos)

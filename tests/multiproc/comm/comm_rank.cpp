@@ -67,8 +67,8 @@ int run_collectives(Communicator& c) {
           return expected_reduction(t, op, n, static_cast<size_t>(r) * count + i);
         });
         if (!m.empty()) {
-          wrong(std::string("reduce-scatter ") + to_string(t) + " " + to_string(op) +
-                " count " + std::to_string(count) + ":" + m);
+          wrong(std::string("reduce-scatter ") + to_string(t) + " " + to_string(op) + " count " +
+                std::to_string(count) + ":" + m);
         }
       }
       const int root = n - 1;

@@ -37,7 +37,9 @@ inline const std::vector<ReduceOp>& all_ops() {
 
 using common::is_integer;
 
-inline double scale_of(DataType t) { return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0; }
+inline double scale_of(DataType t) {
+  return t == DataType::kInt64 ? std::ldexp(1.0, 33) : 1.0;
+}
 
 inline double input_value(DataType t, int rank, size_t i) {
   const double k = static_cast<double>(i % 7 + 1);

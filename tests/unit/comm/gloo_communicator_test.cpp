@@ -30,8 +30,8 @@ std::string unique_prefix() {
   return "test" + std::to_string(n++);
 }
 
-GlooOptions options_for(int rank, int size, std::shared_ptr<Store> store,
-                        const std::string& prefix, std::chrono::milliseconds timeout) {
+GlooOptions options_for(int rank, int size, std::shared_ptr<Store> store, const std::string& prefix,
+                        std::chrono::milliseconds timeout) {
   GlooOptions o;
   o.rank = rank;
   o.size = size;
@@ -102,9 +102,9 @@ TEST_P(WorldSize, BroadcastEveryTypeRootAndCount) {
           auto buf = make_buffer(t, count);
           fill(t, buf.data(), count, c.rank());
           c.broadcast(buf.data(), count, t, root)->wait(c.timeout());
-          EXPECT_EQ(mismatches(t, buf.data(), count,
-                               [&](size_t i) { return input_value(t, root, i); }),
-                    "")
+          EXPECT_EQ(
+              mismatches(t, buf.data(), count, [&](size_t i) { return input_value(t, root, i); }),
+              "")
               << "rank " << c.rank() << " root " << root << ' ' << to_string(t)
               << " count=" << count;
         }
@@ -257,8 +257,7 @@ TEST(GlooCommunicator, RejectsBadArguments) {
   EXPECT_THROW(c->allreduce(nullptr, 1, static_cast<DataType>(99), ReduceOp::kSum),
                InvalidArgument);
   float x = 1;
-  EXPECT_THROW(c->allreduce(&x, 1, DataType::kFloat32, static_cast<ReduceOp>(9)),
-               InvalidArgument);
+  EXPECT_THROW(c->allreduce(&x, 1, DataType::kFloat32, static_cast<ReduceOp>(9)), InvalidArgument);
   EXPECT_THROW(c->broadcast(&x, 1, DataType::kFloat32, 1), InvalidArgument);
   EXPECT_THROW(c->broadcast(&x, 1, DataType::kFloat32, -1), InvalidArgument);
   EXPECT_THROW(c->allgather(&x, nullptr, 1, DataType::kFloat32), InvalidArgument);
@@ -294,7 +293,8 @@ TEST(GlooCommunicator, MissingRankIsNamedAtSetup) {
     });
   }
   for (auto& t : threads) t.join();
-  for (const auto& e : errors) EXPECT_NE(e.find("3/4 ranks joined; missing: [2]"), std::string::npos) << e;
+  for (const auto& e : errors)
+    EXPECT_NE(e.find("3/4 ranks joined; missing: [2]"), std::string::npos) << e;
 }
 
 TEST(GlooCommunicator, WorldSizeMismatchNamesBothValues) {
@@ -311,8 +311,7 @@ TEST(GlooCommunicator, WorldSizeMismatchNamesBothValues) {
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_NE(errors[2].find("rank 2 has size=4, rank 0 has size=3"), std::string::npos)
-      << errors[2];
+  EXPECT_NE(errors[2].find("rank 2 has size=4, rank 0 has size=3"), std::string::npos) << errors[2];
   for (int r : {0, 1}) {
     EXPECT_NE(errors[static_cast<size_t>(r)].find(
                   "world size mismatch: rank 2 has size=4, rank 0 has size=3"),
@@ -393,7 +392,9 @@ TEST(GlooCommunicator, WaitTimeoutBreaksTheCommunicator) {
       5s);
   // The wait's own timeout is diagnosed like any failure: it names the rank
   // that did not report (Note [Failure notes]) and keeps the wait's details.
-  EXPECT_EQ(first.rfind("gloo: failed to allreduce 1 float32 (sum), op #1: no response from rank 1", 0), 0u)
+  EXPECT_EQ(
+      first.rfind("gloo: failed to allreduce 1 float32 (sum), op #1: no response from rank 1", 0),
+      0u)
       << first;
   EXPECT_NE(first.find("not completed after 100 ms"), std::string::npos) << first;
   EXPECT_NE(first.find("rank=0, timeout_ms=100"), std::string::npos) << first;
@@ -432,8 +433,7 @@ TEST_P(DestroyedPeer, IsNamedAndBreaksLaterOps) {
         }
         seconds[static_cast<size_t>(c.rank())] =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        later[static_cast<size_t>(c.rank())] =
-            message_of([&] { c.barrier()->wait(c.timeout()); });
+        later[static_cast<size_t>(c.rank())] = message_of([&] { c.barrier()->wait(c.timeout()); });
       },
       4s);
   for (int r : {0, 1}) {

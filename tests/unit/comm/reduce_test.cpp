@@ -2,9 +2,6 @@
 // kernels, average.
 #include "comm/reduce.h"
 
-#include "common/half.h"
-#include "slurmddp/error.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +9,9 @@
 #include <limits>
 #include <random>
 #include <vector>
+
+#include "common/half.h"
+#include "slurmddp/error.h"
 
 namespace slurmddp::comm {
 namespace {
@@ -57,9 +57,9 @@ TEST(Half, KnownValues) {
   EXPECT_EQ(float_to_half(65520.0f), 0x7c00);  // the midpoint rounds to even: inf
   EXPECT_EQ(float_to_half(1e9f), 0x7c00);
   EXPECT_EQ(float_to_half(-1e9f), 0xfc00);
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000);       // tie to even: 0
-  EXPECT_EQ(float_to_half(std::ldexp(1.5f, -25)), 0x0001);       // above the tie
-  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -25)), 0x0002);       // 1.5 ulp: tie to even 2
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000);         // tie to even: 0
+  EXPECT_EQ(float_to_half(std::ldexp(1.5f, -25)), 0x0001);         // above the tie
+  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -25)), 0x0002);         // 1.5 ulp: tie to even 2
   EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
   EXPECT_EQ(float_to_half(1.0f + std::ldexp(3.0f, -11)), 0x3c02);  // tie to even (up)
   EXPECT_EQ(float_to_half(-0.0f), 0x8000);

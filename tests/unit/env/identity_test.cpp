@@ -34,11 +34,21 @@ struct Env {
 
 Env plugin_env() {
   Env e;
-  e.vars = {{"RANK", "5"},          {"LOCAL_RANK", "1"},        {"WORLD_SIZE", "8"},
-            {"LOCAL_WORLD_SIZE", "4"}, {"NODE_RANK", "1"},      {"GROUP_RANK", "1"},
-            {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "20001"}, {"SLURMDDP_STEP", "12.0"},
-            {"SLURMDDP_NUM_NODES", "2"}, {"SLURMDDP_TOKEN", "00ff"}, {"SLURMDDP_LOCAL_DEVICE", "1"},
-            {"SLURM_JOB_ID", "12"},   {"SLURM_STEP_ID", "0"},    {"GLOO_SOCKET_IFNAME", "eth0"}};
+  e.vars = {{"RANK", "5"},
+            {"LOCAL_RANK", "1"},
+            {"WORLD_SIZE", "8"},
+            {"LOCAL_WORLD_SIZE", "4"},
+            {"NODE_RANK", "1"},
+            {"GROUP_RANK", "1"},
+            {"MASTER_ADDR", "10.0.0.1"},
+            {"MASTER_PORT", "20001"},
+            {"SLURMDDP_STEP", "12.0"},
+            {"SLURMDDP_NUM_NODES", "2"},
+            {"SLURMDDP_TOKEN", "00ff"},
+            {"SLURMDDP_LOCAL_DEVICE", "1"},
+            {"SLURM_JOB_ID", "12"},
+            {"SLURM_STEP_ID", "0"},
+            {"GLOO_SOCKET_IFNAME", "eth0"}};
   return e;
 }
 
@@ -63,8 +73,13 @@ TEST(Identity, FromThePlugin) {
 
 TEST(Identity, TorchrunStyle) {
   Env e;
-  e.vars = {{"RANK", "2"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29500"},
-            {"CUDA_VISIBLE_DEVICES", "0,1"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "3"}};
+  e.vars = {{"RANK", "2"},
+            {"WORLD_SIZE", "3"},
+            {"MASTER_ADDR", "n1"},
+            {"MASTER_PORT", "29500"},
+            {"CUDA_VISIBLE_DEVICES", "0,1"},
+            {"LOCAL_RANK", "2"},
+            {"LOCAL_WORLD_SIZE", "3"}};
   auto id = e.identity();
   EXPECT_EQ(id.source, IdentitySource::kTorchrun);
   EXPECT_EQ(id.rank, 2);
@@ -102,10 +117,14 @@ TEST(Identity, Contradictions) {
 
 Env bare_slurm() {
   Env e;
-  e.vars = {{"SLURM_JOB_ID", "12"},        {"SLURM_STEP_ID", "3"},
-            {"SLURM_PROCID", "1"},         {"SLURM_LOCALID", "1"},
-            {"SLURM_NODEID", "0"},         {"SLURM_STEP_TASKS_PER_NODE", "2"},
-            {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_STEP_NODELIST", "localhost"},
+  e.vars = {{"SLURM_JOB_ID", "12"},
+            {"SLURM_STEP_ID", "3"},
+            {"SLURM_PROCID", "1"},
+            {"SLURM_LOCALID", "1"},
+            {"SLURM_NODEID", "0"},
+            {"SLURM_STEP_TASKS_PER_NODE", "2"},
+            {"SLURM_STEP_NUM_TASKS", "2"},
+            {"SLURM_STEP_NODELIST", "localhost"},
             {"SLURM_STEP_RESV_PORTS", "20010-20012"}};
   return e;
 }
@@ -116,7 +135,7 @@ TEST(Identity, BareSlurmUsesThePluginRules) {
   EXPECT_EQ(id.rank, 1);
   EXPECT_EQ(id.world_size, 2);
   EXPECT_EQ(id.local_world_size, 2);
-  EXPECT_EQ(id.master_port, 20010);  // first reserved port, as the plugin decides
+  EXPECT_EQ(id.master_port, 20010);                // first reserved port, as the plugin decides
   EXPECT_EQ(id.master_addr.rfind("127.", 0), 0u);  // single node: loopback allowed
   EXPECT_EQ(id.step, "12.3");
 }
@@ -132,7 +151,9 @@ TEST(Identity, BareSlurmUnevenLayout) {
   // three nodes and the first resolves only to loopback: refused, clearly
   EXPECT_THAT(e.error(), HasSubstr("resolves only to loopback"));
   e.vars["SLURM_STEP_NUM_TASKS"] = "12";
-  EXPECT_THAT(e.error(), HasSubstr("the task count 12 differs from the sum of SLURM_STEP_TASKS_PER_NODE (11)"));
+  EXPECT_THAT(
+      e.error(),
+      HasSubstr("the task count 12 differs from the sum of SLURM_STEP_TASKS_PER_NODE (11)"));
 }
 
 TEST(Identity, InheritedPluginVariablesFallBackToSlurm) {

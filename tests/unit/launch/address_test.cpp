@@ -2,7 +2,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <sys/socket.h>
 
 #include "error.h"
@@ -12,7 +11,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-IpAddress ip(const char* s) { return *IpAddress::parse(s); }
+IpAddress ip(const char* s) {
+  return *IpAddress::parse(s);
+}
 
 TEST(IpAddress, ParseAndPrint) {
   EXPECT_EQ(ip("10.77.0.11").str(), "10.77.0.11");

@@ -11,7 +11,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::vector<std::string> x(const char* e) { return expand_hostlist("L", e); }
+std::vector<std::string> x(const char* e) {
+  return expand_hostlist("L", e);
+}
 
 TEST(Hostlist, PlainAndRanges) {
   EXPECT_THAT(x("n1"), ElementsAre("n1"));
@@ -33,8 +35,8 @@ TEST(Hostlist, ZeroPaddingFollowsLowBound) {
 
 TEST(Hostlist, SeveralBracketGroupsInSlurmOrder) {
   EXPECT_THAT(x("a[1-2]b[3-4]"), ElementsAre("a1b3", "a1b4", "a2b3", "a2b4"));
-  EXPECT_THAT(x("n[0-1]x[0-1]y[5-6]"), ElementsAre("n0x0y5", "n0x0y6", "n1x0y5", "n1x0y6",
-                                                   "n0x1y5", "n0x1y6", "n1x1y5", "n1x1y6"));
+  EXPECT_THAT(x("n[0-1]x[0-1]y[5-6]"), ElementsAre("n0x0y5", "n0x0y6", "n1x0y5", "n1x0y6", "n0x1y5",
+                                                   "n0x1y6", "n1x1y5", "n1x1y6"));
 }
 
 TEST(Hostlist, FirstHostWithoutExpanding) {

@@ -14,7 +14,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-IpAddress ip(const char* s) { return *IpAddress::parse(s); }
+IpAddress ip(const char* s) {
+  return *IpAddress::parse(s);
+}
 
 // A fake network: names resolve from a table; this node has given interfaces.
 struct FakeNet {
@@ -207,8 +209,7 @@ TEST(Device, SharedGpusModuloAndOwnGpuZero) {
   EXPECT_EQ(choose_device(5, 8, std::string("0,1,2,3"), std::nullopt, false).local_device, 1u);
   EXPECT_TRUE(choose_device(5, 8, std::string("0,1,2,3"), std::nullopt, false).oversubscribed);
   // Slurm bound one GPU per task: index 0 within it
-  EXPECT_EQ(choose_device(3, 4, std::string("3"), std::string("0,1,2,3"), false).local_device,
-            0u);
+  EXPECT_EQ(choose_device(3, 4, std::string("3"), std::string("0,1,2,3"), false).local_device, 0u);
   // two GPUs per task, bound
   EXPECT_EQ(choose_device(1, 2, std::string("2,3"), std::string("0,1,2,3"), false).local_device,
             0u);

@@ -42,9 +42,9 @@ TEST(Plugstack, Defaults) {
 }
 
 TEST(Plugstack, EveryKey) {
-  auto c = parse_plugstack_args({"default=off", "port_range=20000-20099", "network=10.0.0.0/8",
-                                 "hostname_suffix=-ib", "ifname=ib0", "bind_gpu=yes",
-                                 "verbose=on"});
+  auto c =
+      parse_plugstack_args({"default=off", "port_range=20000-20099", "network=10.0.0.0/8",
+                            "hostname_suffix=-ib", "ifname=ib0", "bind_gpu=yes", "verbose=on"});
   EXPECT_FALSE(c.enabled_by_default);
   EXPECT_EQ(c.port_range.lo, 20000);
   EXPECT_EQ(c.port_range.hi, 20099);
