@@ -1,3 +1,6 @@
+// The Gloo communicator: setup (transport, the group, the two meshes), issuing
+// operations to the worker thread, the worker, and the failure diagnosis of
+// Note [Failure notes]. The collectives themselves: gloo_collectives.cpp.
 #include "comm/gloo_communicator.h"
 
 #include <gloo/allgather.h>
@@ -23,6 +26,7 @@
 #include <thread>
 
 #include "comm/gloo_algorithms.h"
+#include "comm/gloo_communicator_impl.h"
 #include "comm/gloo_failure.h"
 #include "comm/gloo_store.h"
 #include "comm/gloo_work.h"
@@ -37,228 +41,13 @@ namespace slurmddp {
 
 namespace comm {
 
-AllreduceTier choose_allreduce_tier(size_t bytes, size_t small_max_bytes) {
-  return bytes <= small_max_bytes ? AllreduceTier::kSmallSync : AllreduceTier::kLargeRing;
-}
-
-const char* to_string(AllreduceTier tier) {
-  switch (tier) {
-    case AllreduceTier::kSmallSync:
-      return "halving-doubling/sync";
-    case AllreduceTier::kLargeRing:
-      return "ring";
-  }
-  return "?";
-}
-
 namespace {
-
-constexpr const char* kComponent = "gloo";
-// Staging kept by the classic-algorithm cache (their own buffers come on top).
-constexpr size_t kCacheBudget = size_t{8} << 20;
-// net.core.wmem_max where it cannot be read: Linux's default.
-constexpr size_t kDefaultWmemMax = 212992;
-// float16/bfloat16 are widened to float32 in pieces of this many elements.
-constexpr size_t kUpcastChunk = size_t{4} << 20;
-// Scratch buffers above this are released after each use.
-constexpr size_t kKeepScratchBytes = size_t{64} << 20;
-
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "";
-  return buf;
-}
-
-bool resolves(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
-  freeaddrinfo(res);
-  return true;
-}
-
-std::string first_of_list(const char* value) {
-  std::string s(value);
-  const auto comma = s.find(',');
-  return comma == std::string::npos ? s : s.substr(0, comma);
-}
 
 Bytes text_bytes(const std::string& s) {
   return Bytes(s.begin(), s.end());
 }
 
-struct Bind {
-  std::string ifname;
-  std::string hostname;
-  std::string source;  // where the choice came from, for messages
-};
-
-Bind choose_bind(const GlooOptions& o) {
-  if (!o.ifname.empty() && !o.hostname.empty()) {
-    throw InvalidArgument(
-        "gloo: failed to choose the local address: set ifname or hostname, "
-        "not both; ifname=" +
-        o.ifname + ", hostname=" + o.hostname);
-  }
-  if (!o.ifname.empty()) return {o.ifname, "", "ifname=" + o.ifname};
-  if (!o.hostname.empty()) return {"", o.hostname, "hostname=" + o.hostname};
-  for (const char* var : {"SLURMDDP_IFNAME", "GLOO_SOCKET_IFNAME"}) {
-    const char* v = std::getenv(var);
-    if (v != nullptr && *v != '\0') {
-      const std::string ifname = first_of_list(v);
-      return {ifname, "", std::string(var) + "=" + v};
-    }
-  }
-  const std::string host = host_name();
-  if (!host.empty() && resolves(host)) return {"", host, "hostname=" + host + " (this host)"};
-  SLURMDDP_LOG_WARN(kComponent, "this host's name '"
-                                    << host
-                                    << "' does not resolve; binding 127.0.0.1 (set "
-                                       "SLURMDDP_IFNAME to choose an interface)");
-  return {"", "127.0.0.1", "hostname=127.0.0.1 (fallback)"};
-}
-
-// Note [SIGPIPE]: Gloo writes to its sockets with plain write/writev. When a
-// peer has died, that raises SIGPIPE, whose default action ends the process
-// without a word (Python programs never see it: the interpreter ignores
-// SIGPIPE). Every thread that can write to Gloo's sockets blocks it instead,
-// so the write fails with EPIPE and becomes an error naming the peer: our
-// worker thread (blocked for its lifetime), Gloo's event-loop thread (it
-// inherits the mask of the thread that creates the device) and the caller's
-// thread during setup (restored afterwards, with any SIGPIPE raised meanwhile
-// consumed).
-class ScopedSigpipeBlock {
- public:
-  ScopedSigpipeBlock() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, &old_);
-  }
-  ~ScopedSigpipeBlock() {
-    if (sigismember(&old_, SIGPIPE)) return;  // it was blocked before: leave it
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    const timespec zero{0, 0};
-    siginfo_t info;
-    sigset_t pending;
-    while (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) &&
-           sigtimedwait(&set, &info, &zero) == SIGPIPE) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  ScopedSigpipeBlock(const ScopedSigpipeBlock&) = delete;
-  ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
-
- private:
-  sigset_t old_{};
-};
-
-// The largest send buffer this host lets a socket ask for (SO_SNDBUF).
-size_t local_wmem_max() {
-  std::ifstream in("/proc/sys/net/core/wmem_max");
-  size_t v = 0;
-  if (in >> v && v > 0) return v;
-  return kDefaultWmemMax;
-}
-
-// The blocking-socket threshold in force (see GlooOptions::small_max_bytes):
-// Note [Priming send buffers] sends it once to each peer at setup, so large
-// groups shrink it to keep that under 16 MiB; and a primed send buffer
-// (twice the smaller of it and wmem_max) must hold any blocking message.
-size_t effective_small_max(size_t requested, int size, size_t group_wmem_max) {
-  if (size <= 1) return requested;
-  const size_t per_peer = std::max<size_t>(size_t{4} << 10, (size_t{16} << 20) / (size - 1));
-  return std::min({requested, per_peer, group_wmem_max});
-}
-
-class GlooCommunicator final : public Communicator {
- public:
-  GlooCommunicator(const GlooOptions& options, std::shared_ptr<membership::Membership> group);
-  ~GlooCommunicator() override;
-
-  GlooCommunicator(const GlooCommunicator&) = delete;
-  GlooCommunicator& operator=(const GlooCommunicator&) = delete;
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const char* backend() const override { return "gloo"; }
-  DeviceKind device() const override { return DeviceKind::kHost; }
-  std::chrono::milliseconds timeout() const override { return timeout_; }
-
-  WorkHandle allreduce(void* data, size_t count, DataType type, ReduceOp op) override;
-  WorkHandle broadcast(void* data, size_t count, DataType type, int root) override;
-  WorkHandle allgather(const void* send, void* recv, size_t count, DataType type) override;
-  WorkHandle reduce_scatter(const void* send, void* recv, size_t count, DataType type,
-                            ReduceOp op) override;
-  WorkHandle barrier() override;
-
- private:
-  using Stage = std::function<void(void*)>;
-  struct Task {
-    std::shared_ptr<GlooWork> work;
-    std::function<void()> run;
-  };
-
-  // Setup (constructor).
-  void join(std::shared_ptr<membership::Membership> group);
-  std::shared_ptr<gloo::rendezvous::Context> connect_mesh(const char* name);
-  void publish_endpoints();
-
-  // Issuing (caller threads).
-  void check_type(const char* verb, DataType type) const;
-  void check_op(const char* verb, ReduceOp op) const;
-  size_t checked_bytes(const char* verb, size_t count, DataType type, size_t ranks) const;
-  WorkHandle submit(const std::string& what, std::function<void()> run);
-
-  // The worker thread.
-  void worker_main();
-  std::exception_ptr diagnose_failure(const std::string& what, const std::exception_ptr& error);
-  void abort_on_purpose();
-  void close_connections();
-  comm::DiagnosisContext diagnosis_context() const;
-
-  void do_allreduce(void* data, size_t count, DataType type, ReduceOp op);
-  void allreduce_native(void* user, size_t count, DataType type, ReduceOp base, const Stage& in,
-                        const Stage& out);
-  void ring_allreduce(void* data, size_t count, DataType type, ReduceOp base);
-  void do_broadcast(void* data, size_t count, DataType type, int root);
-  void do_allgather(const void* send, void* recv, size_t count, DataType type);
-  void do_reduce_scatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
-  uint8_t* scratch(std::vector<uint8_t>& buffer, size_t bytes);
-  void release(std::vector<uint8_t>& buffer);
-
-  const int rank_;
-  const int size_;
-  const std::chrono::milliseconds timeout_;
-  const std::chrono::milliseconds grace_;
-  const std::string prefix_;
-  size_t small_max_;  // the threshold in force, set by join()
-  const std::shared_ptr<Store> store_;
-  std::shared_ptr<membership::Membership> group_;  // set by join()
-  Bind bind_;
-
-  std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<gloo::rendezvous::Context> sync_ctx_;
-  std::shared_ptr<gloo::rendezvous::Context> async_ctx_;
-
-  // Worker-thread state.
-  comm::AlgorithmCache cache_{kCacheBudget};
-  std::vector<uint8_t> upcast_;          // float32 copy of a 16-bit piece (ring tier)
-  std::vector<uint8_t> reduce_scatter_;  // reduce-scatter staging
-  uint32_t tag_ = 0;
-  bool connections_closed_ = false;
-
-  const std::shared_ptr<comm::BreakState> state_ = std::make_shared<comm::BreakState>();
-  std::mutex queue_mutex_;
-  std::condition_variable queue_cv_;
-  std::deque<Task> queue_;
-  uint64_t issued_ = 0;
-  bool stopping_ = false;
-  std::thread worker_;
-};
+}  // namespace
 
 GlooCommunicator::GlooCommunicator(const GlooOptions& o,
                                    std::shared_ptr<membership::Membership> group)
@@ -331,13 +120,13 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
       try {
         if (!old.empty()) store_->erase(old);
       } catch (const std::exception& e) {
-        SLURMDDP_LOG_DEBUG(kComponent, "erasing " << old << ": " << e.what());
+        SLURMDDP_LOG_DEBUG(kGlooComponent, "erasing " << old << ": " << e.what());
       }
     }
-    SLURMDDP_LOG_DEBUG(kComponent, "communicator '" << prefix_ << "' ready: rank=" << rank_
-                                                    << ", size=" << size_ << ", " << bind_.source
-                                                    << ", device=" << device_->str()
-                                                    << ", timeout_ms=" << timeout_.count());
+    SLURMDDP_LOG_DEBUG(kGlooComponent,
+                       "communicator '" << prefix_ << "' ready: rank=" << rank_
+                                        << ", size=" << size_ << ", " << bind_.source << ", device="
+                                        << device_->str() << ", timeout_ms=" << timeout_.count());
   }
   if (!group_) {
     // One rank: nobody to meet, nothing in the store.
@@ -427,7 +216,7 @@ void GlooCommunicator::publish_endpoints() {
         }
       }
     } catch (const std::exception& e) {
-      SLURMDDP_LOG_DEBUG(kComponent,
+      SLURMDDP_LOG_DEBUG(kGlooComponent,
                          "reading the " << name << " mesh's address record: " << e.what());
     }
   }
@@ -605,7 +394,7 @@ std::exception_ptr GlooCommunicator::diagnose_failure(const std::string& what,
   } catch (const std::exception& e) {
     std::string m = e.what();
     if (m.rfind("gloo: ", 0) == 0) m.erase(0, 6);
-    SLURMDDP_LOG_ERROR(kComponent, m);
+    SLURMDDP_LOG_ERROR(kGlooComponent, m);
   }
   return in_force;
 }
@@ -629,167 +418,10 @@ void GlooCommunicator::close_connections() {
     try {
       ctx->closeConnections();
     } catch (const std::exception& e) {
-      SLURMDDP_LOG_DEBUG(kComponent, "closing connections: " << e.what());
+      SLURMDDP_LOG_DEBUG(kGlooComponent, "closing connections: " << e.what());
     }
   }
 }
-
-// ---- collectives (worker thread) -----------------------------------------------
-
-uint8_t* GlooCommunicator::scratch(std::vector<uint8_t>& buffer, size_t bytes) {
-  if (buffer.size() < bytes) buffer.resize(bytes);
-  return buffer.data();
-}
-
-void GlooCommunicator::release(std::vector<uint8_t>& buffer) {
-  if (buffer.size() > kKeepScratchBytes) std::vector<uint8_t>().swap(buffer);
-}
-
-void GlooCommunicator::do_allreduce(void* data, size_t count, DataType type, ReduceOp op) {
-  if (count == 0 || size_ == 1) return;  // one rank: sum, min, max and avg are the identity
-  const ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  const bool avg = op == ReduceOp::kAvg;
-  if (comm::is_16bit_float(type)) {
-    // Note [16-bit reductions] in reduce.h.
-    auto* bytes = static_cast<uint8_t*>(data);
-    for (size_t offset = 0; offset < count; offset += kUpcastChunk) {
-      const size_t n = std::min(kUpcastChunk, count - offset);
-      void* piece = bytes + offset * 2;
-      allreduce_native(
-          nullptr, n, DataType::kFloat32, base,
-          [&](void* dst) { comm::widen_to_float(type, piece, static_cast<float*>(dst), n); },
-          [&](void* src) {
-            if (avg) comm::divide(DataType::kFloat32, src, n, size_);
-            comm::narrow_from_float(type, static_cast<const float*>(src), piece, n);
-          });
-    }
-    release(upcast_);
-    return;
-  }
-  const size_t bytes = count * element_size(type);
-  allreduce_native(
-      data, count, type, base, [&](void* dst) { std::memcpy(dst, data, bytes); },
-      [&](void* src) { std::memcpy(data, src, bytes); });
-  if (avg) comm::divide(type, data, count, size_);
-}
-
-void GlooCommunicator::allreduce_native(void* user, size_t count, DataType type, ReduceOp base,
-                                        const Stage& in, const Stage& out) {
-  const size_t bytes = count * element_size(type);
-  if (comm::choose_allreduce_tier(bytes, small_max_) == comm::AllreduceTier::kSmallSync) {
-    const std::string key = std::string("allreduce/") + to_string(type) + "/" + to_string(base) +
-                            "/" + std::to_string(count);
-    auto entry = cache_.get(key, [&] {
-      return size_ == 2 ? comm::make_allreduce_pair_exchange(sync_ctx_, type, base, count)
-                        : comm::make_allreduce_hd(sync_ctx_, type, base, count);
-    });
-    in(entry->in.data());
-    entry->algorithm->run();
-    out(entry->in.data());
-    return;
-  }
-  if (user != nullptr) {
-    ring_allreduce(user, count, type, base);  // in place: no staging copies
-    return;
-  }
-  uint8_t* buffer = scratch(upcast_, bytes);
-  in(buffer);
-  ring_allreduce(buffer, count, type, base);
-  out(buffer);
-}
-
-void GlooCommunicator::ring_allreduce(void* data, size_t count, DataType type, ReduceOp base) {
-  gloo::AllreduceOptions opts(async_ctx_);
-  switch (type) {
-    case DataType::kFloat32:
-      opts.setOutput(static_cast<float*>(data), count);
-      break;
-    case DataType::kFloat64:
-      opts.setOutput(static_cast<double*>(data), count);
-      break;
-    case DataType::kInt32:
-      opts.setOutput(static_cast<int32_t*>(data), count);
-      break;
-    case DataType::kInt64:
-      opts.setOutput(static_cast<int64_t*>(data), count);
-      break;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      throw Error("gloo: failed to allreduce: internal error: 16-bit type reached the ring");
-  }
-  opts.setReduceFunction([type, base](void* c, const void* a, const void* b, size_t n) {
-    comm::reduce3(type, base, c, a, b, n);
-  });
-  opts.setTag(tag_++);
-  opts.setTimeout(timeout_);
-  gloo::allreduce(opts);
-}
-
-void GlooCommunicator::do_broadcast(void* data, size_t count, DataType type, int root) {
-  if (count == 0 || size_ == 1) return;
-  const size_t bytes = count * element_size(type);
-  if (bytes <= small_max_) {
-    auto entry = cache_.get("broadcast/" + std::to_string(bytes) + "/" + std::to_string(root),
-                            [&] { return comm::make_broadcast(sync_ctx_, bytes, root); });
-    if (rank_ == root) std::memcpy(entry->in.data(), data, bytes);
-    entry->algorithm->run();
-    if (rank_ != root) std::memcpy(data, entry->in.data(), bytes);
-    return;
-  }
-  gloo::BroadcastOptions opts(async_ctx_);
-  opts.setOutput(static_cast<uint8_t*>(data), bytes);
-  opts.setRoot(root);
-  opts.setTag(tag_++);
-  opts.setTimeout(timeout_);
-  gloo::broadcast(opts);
-}
-
-void GlooCommunicator::do_allgather(const void* send, void* recv, size_t count, DataType type) {
-  if (count == 0) return;
-  const size_t bytes = count * element_size(type);
-  auto* out = static_cast<uint8_t*>(recv);
-  if (size_ == 1) {
-    if (send != recv) std::memmove(recv, send, bytes);
-    return;
-  }
-  const size_t total = bytes * static_cast<size_t>(size_);
-  if (total <= small_max_) {
-    auto entry = cache_.get("allgather/" + std::to_string(bytes),
-                            [&] { return comm::make_allgather(sync_ctx_, bytes); });
-    std::memcpy(entry->in.data(), send, bytes);
-    entry->algorithm->run();
-    std::memcpy(out, entry->out.data(), total);
-    return;
-  }
-  gloo::AllgatherOptions opts(async_ctx_);
-  if (send != out + static_cast<size_t>(rank_) * bytes) {
-    opts.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(send)), bytes);
-  }
-  opts.setOutput(out, total);
-  opts.setTag(tag_++);
-  opts.setTimeout(timeout_);
-  gloo::allgather(opts);
-}
-
-void GlooCommunicator::do_reduce_scatter(const void* send, void* recv, size_t count, DataType type,
-                                         ReduceOp op) {
-  if (count == 0) return;
-  const size_t bytes = count * element_size(type);
-  if (size_ == 1) {
-    if (send != recv) std::memmove(recv, send, bytes);
-    return;
-  }
-  // An allreduce of the whole buffer, keeping our block: twice the bytes of a
-  // dedicated reduce-scatter, but every tier and type of allreduce for free.
-  const size_t total = bytes * static_cast<size_t>(size_);
-  uint8_t* staging = scratch(reduce_scatter_, total);
-  std::memcpy(staging, send, total);
-  do_allreduce(staging, count * static_cast<size_t>(size_), type, op);
-  std::memcpy(recv, staging + static_cast<size_t>(rank_) * bytes, bytes);
-  release(reduce_scatter_);
-}
-
-}  // namespace
 
 }  // namespace comm
 

@@ -1,0 +1,125 @@
+// The Gloo communicator's class, shared by its two source files:
+// gloo_communicator.cpp (setup, issuing, the worker thread and the failure
+// diagnosis) and gloo_collectives.cpp (the collectives the worker runs, see
+// Note [Choosing Gloo's entry point] in gloo_communicator.h).
+#pragma once
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/device.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/gloo_algorithms.h"
+#include "comm/gloo_failure.h"
+#include "comm/gloo_setup.h"
+#include "comm/gloo_work.h"
+#include "membership/membership.h"
+#include "slurmddp/communicator.h"
+#include "slurmddp/gloo_communicator.h"
+
+namespace slurmddp::comm {
+
+inline constexpr const char* kGlooComponent = "gloo";
+// Staging kept by the classic-algorithm cache (their own buffers come on top).
+inline constexpr size_t kCacheBudget = size_t{8} << 20;
+// float16/bfloat16 are widened to float32 in pieces of this many elements.
+inline constexpr size_t kUpcastChunk = size_t{4} << 20;
+// Scratch buffers above this are released after each use.
+inline constexpr size_t kKeepScratchBytes = size_t{64} << 20;
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(const GlooOptions& options, std::shared_ptr<membership::Membership> group);
+  ~GlooCommunicator() override;
+
+  GlooCommunicator(const GlooCommunicator&) = delete;
+  GlooCommunicator& operator=(const GlooCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "gloo"; }
+  DeviceKind device() const override { return DeviceKind::kHost; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  WorkHandle allreduce(void* data, size_t count, DataType type, ReduceOp op) override;
+  WorkHandle broadcast(void* data, size_t count, DataType type, int root) override;
+  WorkHandle allgather(const void* send, void* recv, size_t count, DataType type) override;
+  WorkHandle reduce_scatter(const void* send, void* recv, size_t count, DataType type,
+                            ReduceOp op) override;
+  WorkHandle barrier() override;
+
+ private:
+  using Stage = std::function<void(void*)>;
+  struct Task {
+    std::shared_ptr<GlooWork> work;
+    std::function<void()> run;
+  };
+
+  // Setup (constructor).
+  void join(std::shared_ptr<membership::Membership> group);
+  std::shared_ptr<gloo::rendezvous::Context> connect_mesh(const char* name);
+  void publish_endpoints();
+
+  // Issuing (caller threads).
+  void check_type(const char* verb, DataType type) const;
+  void check_op(const char* verb, ReduceOp op) const;
+  size_t checked_bytes(const char* verb, size_t count, DataType type, size_t ranks) const;
+  WorkHandle submit(const std::string& what, std::function<void()> run);
+
+  // The worker thread.
+  void worker_main();
+  std::exception_ptr diagnose_failure(const std::string& what, const std::exception_ptr& error);
+  void abort_on_purpose();
+  void close_connections();
+  comm::DiagnosisContext diagnosis_context() const;
+
+  void do_allreduce(void* data, size_t count, DataType type, ReduceOp op);
+  void allreduce_native(void* user, size_t count, DataType type, ReduceOp base, const Stage& in,
+                        const Stage& out);
+  void ring_allreduce(void* data, size_t count, DataType type, ReduceOp base);
+  void do_broadcast(void* data, size_t count, DataType type, int root);
+  void do_allgather(const void* send, void* recv, size_t count, DataType type);
+  void do_reduce_scatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  uint8_t* scratch(std::vector<uint8_t>& buffer, size_t bytes);
+  void release(std::vector<uint8_t>& buffer);
+
+  const int rank_;
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+  const std::chrono::milliseconds grace_;
+  const std::string prefix_;
+  size_t small_max_;  // the threshold in force, set by join()
+  const std::shared_ptr<Store> store_;
+  std::shared_ptr<membership::Membership> group_;  // set by join()
+  Bind bind_;
+
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> sync_ctx_;
+  std::shared_ptr<gloo::rendezvous::Context> async_ctx_;
+
+  // Worker-thread state.
+  AlgorithmCache cache_{kCacheBudget};
+  std::vector<uint8_t> upcast_;          // float32 copy of a 16-bit piece (ring tier)
+  std::vector<uint8_t> reduce_scatter_;  // reduce-scatter staging
+  uint32_t tag_ = 0;
+  bool connections_closed_ = false;
+
+  const std::shared_ptr<comm::BreakState> state_ = std::make_shared<comm::BreakState>();
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Task> queue_;
+  uint64_t issued_ = 0;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace slurmddp::comm
