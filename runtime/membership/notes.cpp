@@ -90,32 +90,6 @@ std::optional<Observation> decode_note(const std::string& text, std::string* op)
   return o;
 }
 
-std::string encode_endpoints(const std::vector<std::vector<std::string>>& per_peer) {
-  std::ostringstream os;
-  for (size_t peer = 0; peer < per_peer.size(); ++peer) {
-    if (per_peer[peer].empty()) continue;
-    os << peer;
-    for (const auto& e : per_peer[peer]) os << ' ' << e;
-    os << '\n';
-  }
-  return os.str();
-}
-
-std::vector<std::string> decode_endpoints(const std::string& text, int peer) {
-  std::istringstream is(text);
-  std::string line;
-  while (std::getline(is, line)) {
-    std::istringstream ls(line);
-    int p = -1;
-    if (!(ls >> p) || p != peer) continue;
-    std::vector<std::string> out;
-    std::string e;
-    while (ls >> e) out.push_back(e);
-    return out;
-  }
-  return {};
-}
-
 std::string failure_key(const std::string& prefix, int rank) {
   return prefix + "/failed/" + std::to_string(rank);
 }

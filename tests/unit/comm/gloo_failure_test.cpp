@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "../membership/note_helpers.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 
@@ -18,6 +19,11 @@ namespace {
 
 using membership::conclude;
 using membership::write_note;
+using membership::testing::ctx4;
+using membership::testing::is;
+using membership::testing::kOp;
+using membership::testing::message_of;
+using membership::testing::note;
 
 using Kind = Observation::Kind;
 
@@ -105,46 +111,6 @@ TEST(Notes, ExchangedEndpointsDecodeTheMeshRecord) {
     for (const auto& peer : bad) EXPECT_TRUE(peer.empty());
   }
 }
-
-DiagnosisContext ctx4(int rank) {
-  DiagnosisContext c;
-  c.rank = rank;
-  c.size = 4;
-  c.timeout = std::chrono::milliseconds(3000);
-  c.prefix = "p";
-  c.component = "gloo";
-  return c;
-}
-
-Observation note(Kind kind, int peer = -1, std::string detail = "") {
-  Observation o;
-  o.kind = kind;
-  o.peer = peer;
-  o.detail = std::move(detail);
-  return o;
-}
-
-std::string message_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  }
-  return "";
-}
-
-template <typename E>
-bool is(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const E&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-const std::string kOp = "allreduce 1024 float32 (sum), op #7";
 
 // The store-backed steps: notes written by "other ranks" are found, the
 // endpoint maps to the rank that published it, silence counts within grace.

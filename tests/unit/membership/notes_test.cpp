@@ -8,12 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "note_helpers.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::membership {
 namespace {
 
-using Kind = Observation::Kind;
+using namespace testing;
 
 TEST(Notes, EncodeDecode) {
   Observation o;
@@ -33,46 +34,6 @@ TEST(Notes, EncodeDecode) {
     EXPECT_EQ(decode_note(encode_note(o, "x"))->kind, k);
   }
 }
-
-DiagnosisContext ctx4(int rank) {
-  DiagnosisContext c;
-  c.rank = rank;
-  c.size = 4;
-  c.timeout = std::chrono::milliseconds(3000);
-  c.prefix = "p";
-  c.component = "gloo";
-  return c;
-}
-
-Observation note(Kind kind, int peer = -1, std::string detail = "") {
-  Observation o;
-  o.kind = kind;
-  o.peer = peer;
-  o.detail = std::move(detail);
-  return o;
-}
-
-std::string message_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  }
-  return "";
-}
-
-template <typename E>
-bool is(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const E&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-const std::string kOp = "allreduce 1024 float32 (sum), op #7";
 
 // Rank 2 was killed: its neighbours saw it close connections, nobody heard from it.
 TEST(Decide, KilledRankIsALostPeer) {
