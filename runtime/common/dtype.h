@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "common/half.h"
 #include "slurmddp/communicator.h"
@@ -38,6 +39,22 @@ static_assert(
       return true;
     }(),
     "kDTypes must list the DataType values in the enum's order");
+
+// Every DataType and every ReduceOp, in the enums' order: what the tests and
+// benchmarks that cover them all iterate over.
+inline const std::vector<DataType>& all_types() {
+  static const std::vector<DataType> t = [] {
+    std::vector<DataType> v;
+    for (const auto& d : kDTypes) v.push_back(d.type);
+    return v;
+  }();
+  return t;
+}
+inline const std::vector<ReduceOp>& all_ops() {
+  static const std::vector<ReduceOp> o = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
+                                          ReduceOp::kMax};
+  return o;
+}
 
 // The traits of `t`; nullptr for a value outside the enum.
 constexpr const DTypeTraits* dtype_traits(DataType t) {

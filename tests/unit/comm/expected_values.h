@@ -22,19 +22,8 @@
 
 namespace slurmddp::testing {
 
-inline const std::vector<DataType>& all_types() {
-  static const std::vector<DataType> t = {DataType::kFloat32, DataType::kFloat64,
-                                          DataType::kFloat16, DataType::kBFloat16,
-                                          DataType::kInt32,   DataType::kInt64};
-  return t;
-}
-
-inline const std::vector<ReduceOp>& all_ops() {
-  static const std::vector<ReduceOp> o = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
-                                          ReduceOp::kMax};
-  return o;
-}
-
+using common::all_ops;
+using common::all_types;
 using common::is_integer;
 
 inline double scale_of(DataType t) {
