@@ -156,7 +156,7 @@ WorkHandle NcclCommunicatorImpl::issue(const std::string& what, size_t count,
   // predecessor instead (NcclOrder): a stream, an event, or nothing. That
   // choice is the operation's alone; the compute stream, shared by every
   // thread's operations, never changes for it (Note [NCCL compute stream] in
-  // grad_sync.cpp says why GradSync needs exactly that).
+  // grad_sync/engine_step.cpp says why GradSync needs exactly that).
   auto follow_stream = [&](cudaStream_t s, const char* which) {
     e = cudaEventRecord(order_event_, s);
     if (e != cudaSuccess) fail_cuda((std::string("record an event on ") + which).c_str(), e);

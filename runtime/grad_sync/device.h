@@ -1,6 +1,6 @@
 // Where bucket memory lives and how data moves in and out of it: host memory
 // with plain copies, or CUDA memory with kernels on a communication stream.
-// The engine (grad_sync.cpp) talks to this interface only.
+// The engine (GradSync::Impl, engine.h) talks to this interface only.
 //
 // Note [Step hooks]
 // One synchronized step calls, per bucket b:
@@ -80,7 +80,7 @@ class Device {
   // wire data for this step, recorded by bucket_ready: the copy-in's event, or
   // the gradient-ready event when `in` is kNoTransfer. Null on the host. The
   // engine orders the bucket's NCCL allreduce after it (Note [NCCL compute
-  // stream] in grad_sync.cpp).
+  // stream] in engine_step.cpp).
   virtual void* collective_event(size_t bucket, size_t in) const = 0;
 
   // Called once at the start of each background thread (CUDA: selects the device).

@@ -572,7 +572,7 @@ TEST(Single, PerOperationEventOrderLeavesTheComputeStreamAlone) {
 // GradSync orders each bucket by the bucket's own event and leaves the
 // communicator's compute stream alone, so a collective issued by other code
 // during a step still waits for the caller's stream (Note [NCCL compute
-// stream] in grad_sync.cpp; the engine used to swap the compute stream for
+// stream] in grad_sync/engine_step.cpp; the engine used to swap the compute stream for
 // the length of a step).
 TEST(Single, GradSyncStepLeavesOtherCollectivesOrderedAfterTheComputeStream) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
