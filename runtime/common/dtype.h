@@ -45,6 +45,7 @@ static_assert(
 inline const std::vector<DataType>& all_types() {
   static const std::vector<DataType> t = [] {
     std::vector<DataType> v;
+    v.reserve(kDTypes.size());
     for (const auto& d : kDTypes) v.push_back(d.type);
     return v;
   }();
