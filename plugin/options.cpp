@@ -19,6 +19,10 @@ const std::vector<OptionDoc>& option_table() {
       {"ddp-bind-gpu", nullptr, "[ddp] Narrow CUDA_VISIBLE_DEVICES to the task's own GPU", 0,
        kOptBindGpu},
       {"ddp-verbose", nullptr, "[ddp] Print the resolved rendezvous once per step", 0, kOptVerbose},
+      {"ddp-launcher", "MODE",
+       "[ddp] What each task is: direct (one rank, default), torchrun (one torchrun per node: "
+       "PET_* variables), master-only (MASTER_ADDR/PORT only)",
+       1, kOptLauncher},
   };
   return table;
 }
@@ -46,6 +50,9 @@ bool record_option(launch::UserOptions& opts, int id, const char* optarg) {
       return true;
     case kOptVerbose:
       opts.verbose = true;
+      return true;
+    case kOptLauncher:
+      opts.launcher = arg;
       return true;
     default:
       return false;

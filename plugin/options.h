@@ -17,6 +17,7 @@ enum OptionId : int {
   kOptIfname,
   kOptBindGpu,
   kOptVerbose,
+  kOptLauncher,
 };
 
 struct OptionDoc {

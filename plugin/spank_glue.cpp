@@ -5,8 +5,9 @@
 // Note [Where each decision is made]
 //   srun/sbatch/salloc (local, allocator): init_post_opt validates the plugstack
 //     arguments and the user's options before anything is allocated, so a typo
-//     fails fast with srun's own exit code. local_user_init (srun only) draws the
-//     per-step token; setenv() there reaches every task of the step.
+//     fails fast with srun's own exit code. In srun it also draws the per-step
+//     token: setenv() there reaches every task of the step, in every component
+//     of a heterogeneous step (see export_token).
 //   slurmstepd (remote): user_init plans the step once per node (MASTER_ADDR,
 //     MASTER_PORT, ...). task_init applies it to each task, and is where failures
 //     are reported: a failing task_init makes srun exit non-zero, while a failing
@@ -29,6 +30,7 @@ extern "C" {
 
 #include "error.h"
 #include "options.h"
+#include "parse.h"
 #include "rendezvous.h"
 #include "settings.h"
 #include "token.h"
@@ -112,6 +114,25 @@ std::string first_node_of(const std::string& nodelist) {
   return out;
 }
 
+// -m arbitrary: task i runs on line i of SLURM_HOSTFILE, read with Slurm's own
+// parser (the one srun used); rank 0's node is its first host. Leaves a note
+// in `f` when the file cannot be read here.
+void rank0_from_hostfile(launch::StepFacts& f, const std::optional<std::string>& path) {
+  if (!path || path->empty()) {
+    f.rank0_note = "SLURM_HOSTFILE is not set in the step";
+    return;
+  }
+  char* hosts = slurm_read_hostfile(path->c_str(), static_cast<int>(f.total_task_count));
+  if (hosts == nullptr) {
+    f.rank0_note = "SLURM_HOSTFILE='" + *path + "' cannot be read on node " + f.node_name;
+    return;
+  }
+  std::string list = hosts;
+  free(hosts);
+  f.rank0_node = first_node_of(list);
+  f.rank0_source = "first line of SLURM_HOSTFILE=" + *path;
+}
+
 std::string this_host() {
   char buf[256] = {};
   gethostname(buf, sizeof buf - 1);
@@ -140,6 +161,11 @@ void plan_remote(spank_t sp) {
   f.resv_ports = remote_getenv(sp, "SLURM_STEP_RESV_PORTS").value_or("");
   auto token = remote_getenv(sp, plugin::kEnvToken);
   g.have_token = token && !token->empty();
+  f.has_token = g.have_token;
+  launch::apply_het_step(f, env, *nodelist);  // Note [Heterogeneous steps]
+  if (!s.addr && f.rank0_node.empty() && !launch::rank0_on_first_node(f.distribution)) {
+    rank0_from_hostfile(f, remote_getenv(sp, "SLURM_HOSTFILE"));
+  }
   g.node_gpus = remote_getenv(sp, "CUDA_VISIBLE_DEVICES");
   g.plan = launch::plan_step(s, f);
 }
@@ -161,6 +187,15 @@ int apply_remote(spank_t sp) {
   t.global_rank = global_id;
   t.cuda_visible_devices = remote_getenv(sp, "CUDA_VISIBLE_DEVICES");
   t.node_gpus = g.node_gpus;
+  if (g.plan->het_components > 0) {  // Slurm's numbers across the components
+    auto number = [sp](const char* name) {
+      auto v = remote_getenv(sp, name);
+      if (!v) throw launch::LaunchError(std::string(name) + " is not set in the task");
+      return static_cast<uint32_t>(launch::parse_uint(name, *v, 0, 0xffffffffu));
+    };
+    t.global_rank = number("SLURM_PROCID");
+    t.node_rank = number("SLURM_NODEID");
+  }
   for (const auto& change : launch::task_environment(*g.plan, t)) {
     spank_err_t rc = change.value ? spank_setenv(sp, change.name.c_str(), change.value->c_str(),
                                                  change.overwrite ? 1 : 0)
@@ -169,11 +204,22 @@ int apply_remote(spank_t sp) {
       throw launch::LaunchError("failed to set " + change.name + ": " + spank_strerror(rc));
     }
   }
-  if (g.plan->verbose && global_id == 0) {
+  if (g.plan->verbose && t.global_rank == 0) {
     std::fprintf(stderr, "slurm-ddp: %s\n", launch::describe(*g.plan, g.have_token).c_str());
     std::fflush(stderr);
   }
   return 0;
+}
+
+// srun (local context), right after its options: the per-step token. Drawn
+// here, before srun copies its environment for each component of a
+// heterogeneous step, so that every component gets the same one (a later hook,
+// local_user_init, reaches only the first component).
+void export_token() {
+  std::string token = plugin::generate_token();
+  if (setenv(plugin::kEnvToken, token.c_str(), 1) != 0) {
+    throw launch::LaunchError("failed to export the step token");
+  }
 }
 
 template <typename F>
@@ -210,22 +256,11 @@ SLURMDDP_EXPORT int slurm_spank_init_post_opt(spank_t sp, int, char**) {
   if (spank_remote(sp) || spank_context() == S_CTX_ERROR) return 0;
   spank_context_t ctx = spank_context();
   if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR) return 0;
-  return guarded("options", [] {
+  return guarded("options", [ctx] {
     if (!g.conf) throw launch::LaunchError(g.conf_error);
-    launch::resolve_settings(g.opts, local_getenv, *g.conf);  // validates; throws on bad input
-    return 0;
-  });
-}
-
-SLURMDDP_EXPORT int slurm_spank_local_user_init(spank_t, int, char**) {
-  return guarded("token", [] {
-    if (!g.conf) return 0;
+    // Validates; throws on bad input.
     launch::Settings s = launch::resolve_settings(g.opts, local_getenv, *g.conf);
-    if (!s.enabled) return 0;
-    std::string token = plugin::generate_token();
-    if (setenv(plugin::kEnvToken, token.c_str(), 1) != 0) {
-      throw launch::LaunchError("failed to export the step token");
-    }
+    if (ctx == S_CTX_LOCAL && s.enabled) export_token();
     return 0;
   });
 }

@@ -73,6 +73,58 @@ std::string ifname_of(const EnvReader& env) {
   return {};
 }
 
+// Note [Announced token]
+//   The plugin sets SLURMDDP_AUTH=hmac in every task whose step got a token. A
+//   process that sees the announcement but no SLURMDDP_TOKEN lost the token on
+//   the way (a container runtime or a wrapper that filters the environment).
+//   Falling back to an open rendezvous would quietly drop the authentication
+//   every other rank relies on, so that is refused unless the user says so
+//   with SLURMDDP_ALLOW_OPEN=1.
+std::string token_of(const EnvReader& env) {
+  auto token = env("SLURMDDP_TOKEN");
+  if (token && !token->empty()) return *token;
+  auto auth = env(launch::kEnvAuth);
+  if (!auth || auth->empty()) return "";
+  auto allow = env("SLURMDDP_ALLOW_OPEN");
+  if (allow && checked([&] { return launch::parse_bool("SLURMDDP_ALLOW_OPEN", *allow); })) {
+    SLURMDDP_LOG_WARN(kComponent,
+                      "SLURMDDP_TOKEN is not set although the plugin announced "
+                      "one (SLURMDDP_AUTH="
+                          << *auth
+                          << "); running with an open rendezvous because "
+                             "SLURMDDP_ALLOW_OPEN="
+                          << *allow);
+    return "";
+  }
+  throw InvalidArgument(
+      "identity: SLURMDDP_TOKEN is not set, but slurm-ddp's plugin announced an authenticated "
+      "rendezvous for step " +
+      env(launch::kEnvStep).value_or("?") + " (SLURMDDP_AUTH=" + *auth +
+      "): the token was lost between srun and this process, e.g. by a container or a wrapper "
+      "that filters the environment; pass SLURMDDP_TOKEN through to the program, or set "
+      "SLURMDDP_ALLOW_OPEN=1 to accept a rendezvous that anyone who reaches it can join");
+}
+
+// Reports a MASTER_ADDR/MASTER_PORT that differs from the plugin's export
+// (SLURMDDP_MASTER): set after the plugin ran. The values in the environment
+// are used; they are the same on every rank when an image or a hook set them.
+void report_changed_master(const EnvReader& env, const ProcessIdentity& id) {
+  auto exported = env(launch::kEnvMaster);
+  if (!exported) return;
+  std::string now = id.master_addr + ":" + std::to_string(id.master_port);
+  if (*exported == now) return;
+  auto verbose = env(launch::kEnvVerbose);
+  bool loud = verbose && (*verbose == "1" || *verbose == "yes" || *verbose == "true");
+  SLURMDDP_LOG(loud ? log::Level::kWarn : log::Level::kInfo, kComponent,
+               "MASTER_ADDR:MASTER_PORT=" << now << " differs from " << *exported
+                                          << ", which slurm-ddp's plugin exported for step "
+                                          << id.step
+                                          << ": changed after the plugin ran (a container "
+                                             "image's preset, enroot's PyTorch hook, or a wrapper "
+                                             "script); using "
+                                          << now);
+}
+
 std::optional<std::string> slurm_step(const EnvReader& env) {
   auto job = env("SLURM_JOB_ID");
   auto step = env("SLURM_STEP_ID");
@@ -117,10 +169,11 @@ ProcessIdentity from_torchrun(const EnvReader& env, IdentitySource source) {
         "number in [1, 65535]");
   }
   id.master_port = checked([&] { return launch::parse_port("MASTER_PORT", *port); });
-  id.token = env("SLURMDDP_TOKEN").value_or("");
+  id.token = token_of(env);
   id.local_device = visible_device(env, id.local_rank, id.local_world_size);
   id.ifname = ifname_of(env);
   id.step = env("SLURMDDP_STEP").value_or(slurm_step(env).value_or(""));
+  if (source == IdentitySource::kPlugin) report_changed_master(env, id);
   return id;
 }
 
@@ -175,8 +228,19 @@ ProcessIdentity from_slurm(const EnvReader& env, const launch::NetworkView& net)
     f.node_name = env("SLURMD_NODENAME").value_or("?");
     f.distribution = env("SLURM_DISTRIBUTION").value_or("");
     f.resv_ports = env("SLURM_STEP_RESV_PORTS").value_or("");
-
     auto lookup = [&](const char* n) { return env(n); };
+    // Note [Heterogeneous steps]: the node list is sorted but node ids follow
+    // the components, so rank 0's node and this node's task count come from
+    // the het groups and SLURM_GTIDS.
+    if (auto het = launch::het_rank0_node(lookup, req(nodelist_name.c_str()))) {
+      f.rank0_node = het->node;
+      f.rank0_source = het->source;
+      if (auto gtids = env("SLURM_GTIDS")) {
+        f.local_task_count = static_cast<uint32_t>(launch::split(*gtids, ',').size());
+      }
+      f.resv_ports.clear();  // per component
+    }
+
     launch::Settings s =
         launch::resolve_settings({}, lookup, launch::PlugstackConfig{}, launch::step_name(f));
     launch::StepPlan plan = launch::plan_step(s, f, net);
@@ -197,7 +261,7 @@ ProcessIdentity from_slurm(const EnvReader& env, const launch::NetworkView& net)
     }
     id.master_addr = plan.master_addr;
     id.master_port = plan.port.port;
-    id.token = env("SLURMDDP_TOKEN").value_or("");
+    id.token = token_of(env);
     id.local_device = visible_device(env, id.local_rank, id.local_world_size);
     id.ifname = ifname_of(env);
     if (id.ifname.empty()) id.ifname = plan.route_ifname;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "error.h"
+#include "hostlist.h"
 #include "parse.h"
 
 namespace slurmddp::launch {
@@ -51,6 +52,59 @@ void check_step_facts(const StepFacts& f) {
   if (f.first_node.empty()) bad("empty step node list");
 }
 
+std::optional<Rank0Node> het_rank0_node(const StepEnv& env, const std::string& step_nodes) {
+  auto size_text = env("SLURM_HET_SIZE");
+  if (!size_text) return std::nullopt;
+  auto groups = static_cast<uint32_t>(parse_uint("SLURM_HET_SIZE", *size_text, 1, 1u << 16));
+  auto in_step = expand_hostlist("SLURM_STEP_NODELIST", step_nodes);
+  for (uint32_t k = 0; k < groups; ++k) {
+    std::string name = "SLURM_JOB_NODELIST_HET_GROUP_" + std::to_string(k);
+    auto list = env(name.c_str());
+    if (!list) continue;
+    for (const auto& host : expand_hostlist(name, *list)) {
+      if (std::find(in_step.begin(), in_step.end(), host) != in_step.end()) {
+        return Rank0Node{
+            host, "first node of het group " + std::to_string(k) + " in the step (" + name + ")"};
+      }
+    }
+  }
+  throw LaunchError("step of a heterogeneous job (SLURM_HET_SIZE=" + *size_text +
+                    "): none of SLURM_JOB_NODELIST_HET_GROUP_0.." + std::to_string(groups - 1) +
+                    " has a node of SLURM_STEP_NODELIST=" + quote(step_nodes) +
+                    "; expected the step's nodes in its groups' node lists");
+}
+
+void apply_het_step(StepFacts& f, const StepEnv& env, const std::string& step_nodes) {
+  auto size_text = env("SLURM_HET_SIZE");
+  if (!size_text) return;
+  auto number = [&](const char* name) -> uint32_t {
+    auto v = env(name);
+    if (!v) {
+      throw LaunchError("step " + step_name(f) + " of a heterogeneous job: " + name +
+                        " is not set; expected it in every component's environment");
+    }
+    return static_cast<uint32_t>(parse_uint(name, *v, 0, 0xffffffffu));
+  };
+  // Every component names the step after the het job (SLURM_JOB_ID), as its
+  // tasks see it.
+  f.job_id = number("SLURM_JOB_ID");
+  uint32_t tasks = number("SLURM_STEP_NUM_TASKS");
+  if (tasks == f.total_task_count) return;  // one component: an ordinary step
+  if (tasks < f.total_task_count) {
+    throw LaunchError("step " + step_name(f) + " of a heterogeneous job: SLURM_STEP_NUM_TASKS=" +
+                      std::to_string(tasks) + " is less than this component's " +
+                      std::to_string(f.total_task_count) + " tasks");
+  }
+  uint32_t nodes = number("SLURM_STEP_NUM_NODES");
+  auto rank0 = het_rank0_node(env, step_nodes);
+  f.rank0_node = rank0->node;
+  f.rank0_source = rank0->source;
+  f.total_task_count = tasks;
+  f.num_nodes = nodes;
+  f.het_components = static_cast<uint32_t>(parse_uint("SLURM_HET_SIZE", *size_text, 1, 1u << 16));
+  f.resv_ports.clear();  // reserved per component: they differ between components
+}
+
 PortChoice choose_port(const Settings& s, const StepFacts& f) {
   if (s.port) return PortChoice{s.port->value, s.port->source};
   if (!f.resv_ports.empty()) {
@@ -81,6 +135,9 @@ StepPlan plan_step(const Settings& s, const StepFacts& f, const NetworkView& net
   p.ifname = s.ifname;
   p.bind_gpu = s.bind_gpu;
   p.verbose = s.verbose;
+  p.launcher = s.launcher;
+  p.het_components = f.het_components;
+  p.has_token = f.has_token;
   p.port = choose_port(s, f);
 
   AddressPolicy policy;
@@ -99,13 +156,18 @@ StepPlan plan_step(const Settings& s, const StepFacts& f, const NetworkView& net
     p.master_host = s.addr->value;
     p.addr_source = s.addr->source;
     p.master_on_first_node = false;
+  } else if (!f.rank0_node.empty()) {
+    p.master_host = f.rank0_node + s.hostname_suffix;
+    p.addr_source = f.rank0_source;
+    p.master_on_first_node = false;  // rank 0's node checks that the address is its own
   } else {
     if (!rank0_on_first_node(f.distribution)) {
       throw LaunchError(
           "failed to establish MASTER_ADDR for step " + p.step +
           ": with task distribution SLURM_DISTRIBUTION=" + quote(f.distribution) +
-          " global rank 0 need not run on the first node (" + f.first_node +
-          "); name rank 0's host with --ddp-addr=HOST, or use block or cyclic distribution");
+          " global rank 0 need not run on the first node (" + f.first_node + ")" +
+          (f.rank0_note.empty() ? "" : " and " + f.rank0_note) +
+          "; name rank 0's host with --ddp-addr=HOST, or use block or cyclic distribution");
     }
     p.master_host = f.first_node + s.hostname_suffix;
     p.addr_source = "first node of the step";
@@ -163,6 +225,7 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
     throw LaunchError("task rank " + std::to_string(t.global_rank) + " of step " + plan.step +
                       ": " + why);
   };
+  const uint32_t node_rank = t.node_rank.value_or(plan.node_rank);
   if (t.global_rank >= plan.world_size) {
     fail("RANK " + std::to_string(t.global_rank) + " >= WORLD_SIZE " +
          std::to_string(plan.world_size));
@@ -171,9 +234,18 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
     fail("LOCAL_RANK " + std::to_string(t.local_rank) + " >= LOCAL_WORLD_SIZE " +
          std::to_string(plan.local_world_size));
   }
+  if (node_rank >= plan.num_nodes) {
+    fail("NODE_RANK " + std::to_string(node_rank) + " >= the node count " +
+         std::to_string(plan.num_nodes));
+  }
+  if (plan.launcher == Launcher::kTorchrun && plan.local_world_size != 1) {
+    fail("--ddp-launcher=torchrun runs one torchrun per node, but this node runs " +
+         std::to_string(plan.local_world_size) +
+         " tasks of the step; launch with --ntasks-per-node=1 (torchrun starts the ranks)");
+  }
   if (t.global_rank == 0) {
-    if (plan.master_on_first_node && plan.node_rank != 0) {
-      fail("global rank 0 runs on node index " + std::to_string(plan.node_rank) +
+    if (plan.master_on_first_node && node_rank != 0) {
+      fail("global rank 0 runs on node index " + std::to_string(node_rank) +
            ", not on the first node of the step, so MASTER_ADDR=" + plan.master_addr +
            " would be wrong; name rank 0's host with --ddp-addr=HOST");
     }
@@ -190,24 +262,67 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
 
   std::vector<EnvChange> env;
   auto set = [&](const char* k, const std::string& v) { env.push_back({k, v}); };
-  set("RANK", std::to_string(t.global_rank));
-  set("LOCAL_RANK", std::to_string(t.local_rank));
-  set("WORLD_SIZE", std::to_string(plan.world_size));
-  set("LOCAL_WORLD_SIZE", std::to_string(plan.local_world_size));
-  set("NODE_RANK", std::to_string(plan.node_rank));
-  set("GROUP_RANK", std::to_string(plan.node_rank));
+  auto unset = [&](const char* k) { env.push_back({k, std::nullopt}); };
+  const std::string port = std::to_string(plan.port.port);
+  const bool direct = plan.launcher == Launcher::kDirect;
+  // Note [Launchers]: the per-rank contract only where each task is one rank.
+  if (!direct) {
+    for (const char* k :
+         {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"}) {
+      unset(k);
+    }
+  } else {
+    set("RANK", std::to_string(t.global_rank));
+    set("LOCAL_RANK", std::to_string(t.local_rank));
+    set("WORLD_SIZE", std::to_string(plan.world_size));
+    set("LOCAL_WORLD_SIZE", std::to_string(plan.local_world_size));
+    set("NODE_RANK", std::to_string(node_rank));
+    set("GROUP_RANK", std::to_string(node_rank));
+  }
   set("MASTER_ADDR", plan.master_addr);
-  set("MASTER_PORT", std::to_string(plan.port.port));
+  set("MASTER_PORT", port);
+  if (plan.launcher == Launcher::kTorchrun) {
+    // torchrun reads its options from PET_<OPTION>; a flag on its command line
+    // still wins. The static rendezvous makes node rank 0 the master's node.
+    set("PET_NNODES", std::to_string(plan.num_nodes));
+    set("PET_NODE_RANK", std::to_string(node_rank));
+    set("PET_MASTER_ADDR", plan.master_addr);
+    set("PET_MASTER_PORT", port);
+    set("PET_RDZV_BACKEND", "static");
+    set("PET_RDZV_ENDPOINT", plan.master_addr + ":" + port);
+    set("PET_RDZV_ID", plan.step);
+  }
   set(kEnvStep, plan.step);
+  set(kEnvMaster, plan.master_addr + ":" + port);
+  if (plan.has_token) {
+    set(kEnvAuth, "hmac");
+  } else {
+    unset(kEnvAuth);
+  }
   set("SLURMDDP_NUM_NODES", std::to_string(plan.num_nodes));
   DeviceChoice d = choose_device(t.local_rank, plan.local_world_size, t.cuda_visible_devices,
                                  t.node_gpus, plan.bind_gpu);
-  if (d.local_device) {
+  if (plan.launcher == Launcher::kTorchrun) {
+    // One agent per node starts one rank per GPU it sees; without GPUs,
+    // torchrun's own default (1) or its --nproc-per-node flag decides.
+    size_t gpus = 0;
+    if (t.cuda_visible_devices && *t.cuda_visible_devices != "NoDevFiles") {
+      for (const auto& g : split(*t.cuda_visible_devices, ',')) gpus += g.empty() ? 0 : 1;
+    }
+    if (gpus > 0) {
+      set("PET_NPROC_PER_NODE", std::to_string(gpus));
+    } else {
+      unset("PET_NPROC_PER_NODE");
+    }
+    unset("SLURMDDP_LOCAL_DEVICE");  // each worker picks LOCAL_RANK's GPU
+  } else if (d.local_device) {
     set("SLURMDDP_LOCAL_DEVICE", std::to_string(*d.local_device));
   } else {
-    env.push_back({"SLURMDDP_LOCAL_DEVICE", std::nullopt});
+    unset("SLURMDDP_LOCAL_DEVICE");
   }
-  if (d.visible_devices) set("CUDA_VISIBLE_DEVICES", *d.visible_devices);
+  if (d.visible_devices && plan.launcher != Launcher::kTorchrun) {
+    set("CUDA_VISIBLE_DEVICES", *d.visible_devices);
+  }
   if (!plan.ifname.empty()) {
     set("NCCL_SOCKET_IFNAME", plan.ifname);
     set("GLOO_SOCKET_IFNAME", plan.ifname);
@@ -215,17 +330,21 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
   } else if (!plan.route_ifname.empty()) {  // Note [GLOO_SOCKET_IFNAME]
     env.push_back({"GLOO_SOCKET_IFNAME", plan.route_ifname, /*overwrite=*/false});
   }
+  if (plan.verbose) set(kEnvVerbose, "1");
   return env;
 }
 
 std::string describe(const StepPlan& p, bool have_token) {
-  std::string s = "step " + p.step + ": WORLD_SIZE=" + std::to_string(p.world_size) +
+  std::string tasks = p.launcher == Launcher::kTorchrun ? " torchrun agents=" : " WORLD_SIZE=";
+  std::string s = "step " + p.step + ":" + tasks + std::to_string(p.world_size) +
                   " nodes=" + std::to_string(p.num_nodes) + " MASTER_ADDR=" + p.master_addr + " (" +
                   p.master_host + ", " + p.addr_source +
                   ") MASTER_PORT=" + std::to_string(p.port.port) + " (" + p.port.source + ")";
   if (!p.ifname.empty()) s += " ifname=" + p.ifname;
   if (p.ifname.empty() && !p.route_ifname.empty()) s += " route_ifname=" + p.route_ifname;
   if (p.bind_gpu) s += " bind_gpu=yes";
+  if (p.launcher != Launcher::kDirect) s += std::string(" launcher=") + to_string(p.launcher);
+  if (p.het_components > 0) s += " het_components=" + std::to_string(p.het_components);
   s += have_token ? " token=set" : " token=none (srun did not load the plugin; rendezvous is open)";
   return s;
 }

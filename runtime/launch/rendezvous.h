@@ -35,7 +35,51 @@ struct StepFacts {
   std::string node_name;          // this node, for messages
   std::string distribution;       // SLURM_DISTRIBUTION; empty when not set
   std::string resv_ports;         // SLURM_STEP_RESV_PORTS; empty when none
+  // The node that runs global rank 0 when the layout says so but it need not be
+  // the first node of the list (-m arbitrary: the first line of SLURM_HOSTFILE;
+  // a heterogeneous step: the first node of its first component), with where it
+  // came from; empty otherwise. `rank0_note` says why it could not be known.
+  std::string rank0_node;
+  std::string rank0_source;
+  std::string rank0_note;
+  // A heterogeneous step (srun ... : ...): one world across its components.
+  // job_id is then the step's leading job id, shared by every component, and the
+  // counts are the whole step's (Note [Heterogeneous steps]).
+  uint32_t het_components = 0;  // 0: an ordinary step
+  bool has_token = false;       // SLURMDDP_TOKEN reached the step (srun loaded the plugin)
 };
+
+// Note [Heterogeneous steps]
+//   Each component of `srun -n 2 : -n 2` is a step of its own job (ids J and
+//   J+1) on its own nodes. Slurm numbers the tasks and nodes across the
+//   components, in component order (SLURM_PROCID, SLURM_NODEID of each task),
+//   and gives every component the combined counts (SLURM_STEP_NUM_TASKS,
+//   SLURM_STEP_NUM_NODES), the combined node list -- sorted, so its first node
+//   need not be rank 0's -- and the het job's id (SLURM_JOB_ID). So:
+//   - the step is named after SLURM_JOB_ID.<step id> in every component, and the
+//     port is hashed from it (reserved ports are per component and differ);
+//   - rank 0's node is the first node, among the step's, of the lowest het
+//     group (SLURM_JOB_NODELIST_HET_GROUP_<k>) that has nodes in the step;
+//   - each task's RANK and NODE_RANK are Slurm's global numbers; LOCAL_RANK and
+//     LOCAL_WORLD_SIZE count the task's component on its node (components
+//     sharing a node are not merged).
+//   A step of one component of a het job is an ordinary step, named the same way.
+using StepEnv = std::function<std::optional<std::string>(const char* name)>;
+
+// Rank 0's node of a step of a heterogeneous job (see the Note) and where it
+// came from; nullopt when SLURM_HET_SIZE is not set. `step_nodes` is the step's
+// node list (SLURM_STEP_NODELIST).
+struct Rank0Node {
+  std::string node;
+  std::string source;
+};
+std::optional<Rank0Node> het_rank0_node(const StepEnv& env, const std::string& step_nodes);
+
+// Reads the heterogeneous-job variables (SLURM_HET_SIZE, ...) of a step whose
+// own component has `f.total_task_count` tasks on nodes `step_nodes`, and
+// turns `f` into the facts of the whole step. Throws LaunchError naming the
+// variable when the environment contradicts itself.
+void apply_het_step(StepFacts& f, const StepEnv& env, const std::string& step_nodes);
 
 // Checks the facts are self-consistent (counts non-zero, node_id < num_nodes, ...).
 void check_step_facts(const StepFacts& f);
@@ -80,11 +124,24 @@ struct StepPlan {
   std::string route_ifname;  // this node's interface toward MASTER_ADDR; empty if unknown
   bool bind_gpu = false;
   bool verbose = false;
+  Launcher launcher = Launcher::kDirect;
+  uint32_t het_components = 0;
+  bool has_token = false;
 };
 
 // Decides MASTER_ADDR/MASTER_PORT and the node-level values. Throws LaunchError
 // when a value is invalid or MASTER_ADDR cannot be established with certainty.
 StepPlan plan_step(const Settings& s, const StepFacts& f, const NetworkView& net = {});
+
+// Set in every task: "hmac" when the step's token reached it. A process that
+// finds this but no SLURMDDP_TOKEN lost the token on the way (a container or a
+// wrapper filtering the environment) and must not fall back to an open
+// rendezvous (Note [Announced token]).
+inline constexpr const char* kEnvAuth = "SLURMDDP_AUTH";
+// Set in every task: "<MASTER_ADDR>:<MASTER_PORT>" as the plugin exported them,
+// so the runtime can tell when something changed them later (an image's preset
+// MASTER_PORT, enroot's PyTorch hook, a wrapper script).
+inline constexpr const char* kEnvMaster = "SLURMDDP_MASTER";
 
 // What one task sees.
 struct TaskFacts {
@@ -94,6 +151,9 @@ struct TaskFacts {
   // CUDA_VISIBLE_DEVICES of the step on this node before Slurm's per-task binding
   // (what slurmstepd sees at user_init).
   std::optional<std::string> node_gpus;
+  // A heterogeneous step's node index across components (SLURM_NODEID of the
+  // task); the plan's node index otherwise.
+  std::optional<uint32_t> node_rank;
 };
 
 struct DeviceChoice {

@@ -20,8 +20,32 @@ const std::vector<KeyDoc>& plugstack_keys() {
       {"bind_gpu", "yes|no", "no",
        "narrow CUDA_VISIBLE_DEVICES to the task's own GPU by default (--ddp-bind-gpu)"},
       {"verbose", "yes|no", "no", "print the resolved rendezvous once per step by default"},
+      {"launcher", "direct|torchrun|master-only", "direct",
+       "what each task is by default (--ddp-launcher): one rank (direct), one torchrun agent per "
+       "node (torchrun: PET_* variables), or a framework that maps SLURM_* itself (master-only: "
+       "MASTER_ADDR/MASTER_PORT only)"},
   };
   return keys;
+}
+
+const char* to_string(Launcher l) {
+  switch (l) {
+    case Launcher::kDirect:
+      return "direct";
+    case Launcher::kTorchrun:
+      return "torchrun";
+    case Launcher::kMasterOnly:
+      return "master-only";
+  }
+  return "?";
+}
+
+Launcher parse_launcher(const std::string& what, const std::string& value) {
+  for (Launcher l : {Launcher::kDirect, Launcher::kTorchrun, Launcher::kMasterOnly}) {
+    if (value == to_string(l)) return l;
+  }
+  throw LaunchError("invalid " + what + "=" + quote(value) +
+                    ": expected one of direct, torchrun, master-only");
 }
 
 namespace {
@@ -65,6 +89,8 @@ PlugstackConfig parse_plugstack_args(const std::vector<std::string>& args) {
       c.bind_gpu = parse_on_off(key, value);
     } else if (key == "verbose") {
       c.verbose = parse_on_off(key, value);
+    } else if (key == "launcher") {
+      c.launcher = parse_launcher(what, value);
     } else {
       throw LaunchError("unknown plugstack argument " + quote(key) + " in " + quote(arg) +
                         "; accepted keys: " + accepted_keys());
@@ -123,6 +149,10 @@ Settings resolve_settings(const UserOptions& opts, const EnvLookup& env,
   s.verbose = conf.verbose;
   if (auto v = env(kEnvVerbose)) s.verbose = parse_bool(kEnvVerbose, *v);
   if (opts.verbose) s.verbose = *opts.verbose;
+
+  s.launcher = conf.launcher;
+  if (auto v = env(kEnvLauncher)) s.launcher = parse_launcher(kEnvLauncher, *v);
+  if (opts.launcher) s.launcher = parse_launcher("--ddp-launcher", *opts.launcher);
   return s;
 }
 

@@ -20,6 +20,26 @@ namespace slurmddp::launch {
 // (32768-60999), so an automatically chosen port never races a client socket.
 inline constexpr PortRange kDefaultPortRange{61000, 65535};
 
+// What the tasks of a step are, and so which contract the plugin exports.
+//
+// Note [Launchers]
+//   direct      every task is one rank: the torchrun contract (RANK, LOCAL_RANK,
+//               WORLD_SIZE, ..., MASTER_ADDR/PORT), what torch's env:// reads.
+//   torchrun    every task is one torchrun agent, one per node, which starts the
+//               ranks itself: torchrun's own PET_* variables (PET_NNODES,
+//               PET_NODE_RANK, PET_NPROC_PER_NODE, static rendezvous at
+//               MASTER_ADDR:MASTER_PORT), so `srun --ntasks-per-node=1 torchrun
+//               train.py` needs no flags and node rank 0 is the master's node.
+//               RANK and friends are not exported: they would describe agents,
+//               and torchrun sets the workers' own.
+//   master-only for frameworks that map SLURM_PROCID/SLURM_LOCALID themselves
+//               and refuse a preset RANK under Slurm (ignite): only MASTER_ADDR,
+//               MASTER_PORT and the plugin's own SLURMDDP_* variables.
+enum class Launcher { kDirect, kTorchrun, kMasterOnly };
+const char* to_string(Launcher l);
+// "direct" | "torchrun" | "master-only"; throws LaunchError naming `what`.
+Launcher parse_launcher(const std::string& what, const std::string& value);
+
 // Admin configuration: the arguments of the plugstack.conf line.
 struct PlugstackConfig {
   bool enabled_by_default = true;            // default=on|off
@@ -29,6 +49,7 @@ struct PlugstackConfig {
   std::string ifname;                        // ifname=ib0
   bool bind_gpu = false;                     // bind_gpu=yes|no
   bool verbose = false;                      // verbose=yes|no
+  Launcher launcher = Launcher::kDirect;     // launcher=direct|torchrun|master-only
 };
 
 // Parses plugstack arguments ("key=value" each). Unknown keys and bad values
@@ -46,12 +67,13 @@ const std::vector<KeyDoc>& plugstack_keys();
 
 // Raw values of the user's srun/sbatch/salloc options (unset: not given).
 struct UserOptions {
-  std::optional<bool> enable;         // --ddp / --no-ddp
-  std::optional<std::string> port;    // --ddp-port
-  std::optional<std::string> addr;    // --ddp-addr
-  std::optional<std::string> ifname;  // --ddp-ifname
-  std::optional<bool> bind_gpu;       // --ddp-bind-gpu
-  std::optional<bool> verbose;        // --ddp-verbose
+  std::optional<bool> enable;           // --ddp / --no-ddp
+  std::optional<std::string> port;      // --ddp-port
+  std::optional<std::string> addr;      // --ddp-addr
+  std::optional<std::string> ifname;    // --ddp-ifname
+  std::optional<bool> bind_gpu;         // --ddp-bind-gpu
+  std::optional<bool> verbose;          // --ddp-verbose
+  std::optional<std::string> launcher;  // --ddp-launcher
 };
 
 // Reads one variable of the step's environment; nullopt when unset.
@@ -75,6 +97,7 @@ struct Settings {
   PortRange port_range = kDefaultPortRange;
   bool bind_gpu = false;
   bool verbose = false;
+  Launcher launcher = Launcher::kDirect;
 };
 
 // Environment variables that mirror the options.
@@ -84,6 +107,7 @@ inline constexpr const char* kEnvAddr = "SLURMDDP_ADDR";
 inline constexpr const char* kEnvIfname = "SLURMDDP_IFNAME";
 inline constexpr const char* kEnvBindGpu = "SLURMDDP_BIND_GPU";
 inline constexpr const char* kEnvVerbose = "SLURMDDP_VERBOSE";
+inline constexpr const char* kEnvLauncher = "SLURMDDP_LAUNCHER";
 // Set by the plugin in every task: "<jobid>.<stepid>". When a later srun
 // inherits it, MASTER_PORT in that environment is the plugin's own export of an
 // earlier step, not a user's choice, and is ignored.

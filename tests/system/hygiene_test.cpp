@@ -27,11 +27,10 @@ TEST(PluginHygiene, ExportsOnlyUnprivilegedHooks) {
   std::istringstream in(r.out);
   std::string s;
   while (in >> s) symbols.insert(s);
-  EXPECT_EQ(symbols,
-            (std::set<std::string>{"plugin_name", "plugin_type", "plugin_version",
-                                   "spank_plugin_version", "slurm_spank_init",
-                                   "slurm_spank_init_post_opt", "slurm_spank_local_user_init",
-                                   "slurm_spank_user_init", "slurm_spank_task_init"}));
+  EXPECT_EQ(symbols, (std::set<std::string>{"plugin_name", "plugin_type", "plugin_version",
+                                            "spank_plugin_version", "slurm_spank_init",
+                                            "slurm_spank_init_post_opt", "slurm_spank_user_init",
+                                            "slurm_spank_task_init"}));
   Result undefined = run("nm -D --undefined-only '" + plugin_path() + "' | awk '{print $2}'",
                          std::chrono::seconds(30), "/");
   // No process spawning or shell from inside srun/slurmstepd.

@@ -61,7 +61,11 @@ std::map<std::string, std::string> settled_node_states() {
 void expect_nodes_idle() {
   auto states = settled_node_states();
   ASSERT_FALSE(states.empty());
-  for (const auto& [node, state] : states) EXPECT_EQ(state, "idle") << node;
+  // "planned": idle, with the backfill scheduler holding it for a pending job
+  // (heterogeneous jobs are scheduled by backfill only); not drained or down.
+  for (const auto& [node, state] : states) {
+    EXPECT_TRUE(state == "idle" || state == "planned") << node << " is " << state;
+  }
 }
 
 std::string first_ip(const Fields& f) {
@@ -140,15 +144,10 @@ TEST(PluginSystem, CyclicDistributionKeepsMasterOnRankZerosNode) {
   }
 }
 
-TEST(PluginSystem, ArbitraryDistributionFailsClearlyUnlessAddrIsGiven) {
+TEST(PluginSystem, ArbitraryDistributionHonoursAnExplicitAddr) {
   REQUIRE_CLUSTER();
   std::string dir = fresh_dir("arbitrary");
   std::ofstream(dir + "/hosts") << "n2\nn1\nn2\nn1\n";
-  Result r = run("SLURM_HOSTFILE=" + dir + "/hosts srun -n 4 -m arbitrary " + probe());
-  EXPECT_NE(r.rc, 0);
-  EXPECT_THAT(r.err, HasSubstr("slurm-ddp: rendezvous: failed to establish MASTER_ADDR"));
-  EXPECT_THAT(r.err, HasSubstr("SLURM_DISTRIBUTION='arbitrary'"));
-  EXPECT_THAT(r.out, Not(HasSubstr("RANK=")));
   auto tasks =
       probe_step("-n 4 -m arbitrary --ddp-addr=n2", nullptr, "SLURM_HOSTFILE=" + dir + "/hosts ");
   ASSERT_EQ(tasks.size(), 4u);

@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "env/identity.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {
@@ -69,6 +70,28 @@ TEST(Identity, FromThePlugin) {
   EXPECT_EQ(id.step, "12.0");
   EXPECT_THAT(id.describe(), HasSubstr("rank 5/8 (local 1/4, node 1/2) master 10.0.0.1:20001"));
   EXPECT_THAT(id.describe(), ::testing::Not(HasSubstr("00ff")));
+}
+
+TEST(Identity, AnnouncedTokenThatDidNotArriveIsRefused) {
+  Env e = plugin_env();
+  e.vars["SLURMDDP_AUTH"] = "hmac";
+  EXPECT_EQ(e.identity().token, "00ff");
+  e.vars.erase("SLURMDDP_TOKEN");
+  std::string err = e.error();
+  EXPECT_THAT(err, HasSubstr("SLURMDDP_TOKEN is not set"));
+  EXPECT_THAT(err, HasSubstr("announced an authenticated rendezvous for step 12.0"));
+  EXPECT_THAT(err, HasSubstr("SLURMDDP_AUTH=hmac"));
+  EXPECT_THAT(err, HasSubstr("SLURMDDP_ALLOW_OPEN=1"));
+  e.vars["SLURMDDP_TOKEN"] = "";  // emptied counts as lost
+  EXPECT_THAT(e.error(), HasSubstr("SLURMDDP_TOKEN is not set"));
+  e.vars["SLURMDDP_ALLOW_OPEN"] = "1";
+  EXPECT_EQ(e.identity().token, "");
+  e.vars["SLURMDDP_ALLOW_OPEN"] = "perhaps";
+  EXPECT_THAT(e.error(), HasSubstr("SLURMDDP_ALLOW_OPEN='perhaps'"));
+  // Without the announcement (srun did not load the plugin), open as before.
+  e.vars.erase("SLURMDDP_AUTH");
+  e.vars.erase("SLURMDDP_ALLOW_OPEN");
+  EXPECT_EQ(e.identity().token, "");
 }
 
 TEST(Identity, TorchrunStyle) {
@@ -154,6 +177,41 @@ TEST(Identity, BareSlurmUnevenLayout) {
   EXPECT_THAT(
       e.error(),
       HasSubstr("the task count 12 differs from the sum of SLURM_STEP_TASKS_PER_NODE (11)"));
+}
+
+// A task of component 1 (on n1, 1 task) of a heterogeneous step whose
+// component 0 runs 2 tasks on n2, without the plugin: Slurm lists the nodes
+// sorted but numbers them in component order.
+TEST(Identity, BareSlurmHeterogeneousStep) {
+  Env e;
+  e.vars = {{"SLURM_JOB_ID", "100"},
+            {"SLURM_STEP_ID", "0"},
+            {"SLURM_PROCID", "2"},
+            {"SLURM_LOCALID", "0"},
+            {"SLURM_NODEID", "1"},
+            {"SLURM_GTIDS", "2"},
+            {"SLURM_STEP_NODELIST", "n[1-2]"},
+            {"SLURM_STEP_TASKS_PER_NODE", "1,2"},  // n1, n2: sorted, not by node id
+            {"SLURM_STEP_NUM_TASKS", "3"},
+            {"SLURM_STEP_NUM_NODES", "2"},
+            {"SLURM_STEP_RESV_PORTS", "20012-20013"},
+            {"SLURM_HET_SIZE", "2"},
+            {"SLURM_JOB_NODELIST_HET_GROUP_0", "n2"},
+            {"SLURM_JOB_NODELIST_HET_GROUP_1", "n1"}};
+  launch::NetworkView net;
+  net.resolve = [](const std::string& h) -> std::vector<launch::IpAddress> {
+    return {*launch::IpAddress::parse(h == "n1" ? "10.77.0.11" : "10.77.0.12")};
+  };
+  net.interfaces = [] { return std::vector<launch::InterfaceAddress>{}; };
+  net.route_source = [](const launch::IpAddress&) { return std::nullopt; };
+  auto id = identity_from_environment(e.reader(), net);
+  EXPECT_EQ(id.rank, 2);
+  EXPECT_EQ(id.world_size, 3);
+  EXPECT_EQ(id.node_rank, 1);
+  EXPECT_EQ(id.local_world_size, 1);        // SLURM_GTIDS, not the sorted list's entry for node 1
+  EXPECT_EQ(id.master_addr, "10.77.0.12");  // n2, where component 0 runs rank 0
+  EXPECT_NE(id.master_port, 20012);         // reserved ports differ between components
+  EXPECT_EQ(id.step, "100.0");
 }
 
 TEST(Identity, InheritedPluginVariablesFallBackToSlurm) {

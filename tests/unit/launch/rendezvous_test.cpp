@@ -177,6 +177,182 @@ TEST(Plan, ArbitraryDistributionNeedsExplicitAddress) {
   EXPECT_FALSE(p.master_on_first_node);
 }
 
+TEST(Plan, ArbitraryDistributionUsesTheHostfilesFirstHost) {
+  auto net = net_on("10.77.0.11");
+  StepFacts f = facts();
+  f.distribution = "arbitrary";
+  f.rank0_node = "n2";
+  f.rank0_source = "first line of SLURM_HOSTFILE=/h";
+  StepPlan p = plan_step(Settings{}, f, net.view());
+  EXPECT_EQ(p.master_host, "n2");
+  EXPECT_EQ(p.master_addr, "10.77.0.12");
+  EXPECT_EQ(p.addr_source, "first line of SLURM_HOSTFILE=/h");
+  EXPECT_FALSE(p.master_on_first_node);
+  // rank 0 on the second node (index 1) is then fine, on n2 itself
+  auto n2 = net_on("10.77.0.12");
+  StepFacts second = f;
+  second.node_id = 1;
+  second.node_name = "n2";
+  p = plan_step(Settings{}, second, n2.view());
+  EXPECT_NO_THROW(task_environment(p, TaskFacts{}, n2.view()));
+  // and on n1 it is caught: MASTER_ADDR is not n1's
+  EXPECT_THROW(task_environment(p, TaskFacts{}, net.view()), LaunchError);
+  // An explicit address still wins.
+  Settings s;
+  s.addr = Sourced<std::string>{"n1", "--ddp-addr"};
+  EXPECT_EQ(plan_step(s, f, net.view()).master_addr, "10.77.0.11");
+}
+
+TEST(Plan, UnknowableRank0NodeSaysWhy) {
+  StepFacts f = facts();
+  f.distribution = "arbitrary";
+  f.rank0_note = "SLURM_HOSTFILE='/x' cannot be read on node n1";
+  try {
+    plan_step(Settings{}, f, net_on("10.77.0.11").view());
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("and SLURM_HOSTFILE='/x' cannot be read on node n1"));
+    EXPECT_THAT(e.what(), HasSubstr("--ddp-addr=HOST"));
+  }
+}
+
+// The environment of component 1 (job 101, one node, 1 task) of a step over
+// two components: job 100 on n2 with 2 tasks, job 101 on n1 with 1 task.
+std::map<std::string, std::string> het_env() {
+  return {{"SLURM_HET_SIZE", "2"},
+          {"SLURM_STEP_NUM_TASKS", "3"},
+          {"SLURM_STEP_NUM_NODES", "2"},
+          {"SLURM_JOB_ID", "100"},
+          {"SLURM_JOB_ID_HET_GROUP_0", "100"},
+          {"SLURM_JOB_ID_HET_GROUP_1", "101"},
+          {"SLURM_JOB_NODELIST_HET_GROUP_0", "n2"},
+          {"SLURM_JOB_NODELIST_HET_GROUP_1", "n1"},
+          {"SLURM_STEP_RESV_PORTS", "20012-20014"}};
+}
+
+StepEnv lookup(const std::map<std::string, std::string>& m) {
+  return [m](const char* name) -> std::optional<std::string> {
+    auto it = m.find(name);
+    return it == m.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+}
+
+StepFacts component(uint32_t job, uint32_t tasks, const char* node) {
+  StepFacts f;
+  f.job_id = job;
+  f.step_id = 0;
+  f.num_nodes = 1;
+  f.node_id = 0;
+  f.local_task_count = tasks;
+  f.total_task_count = tasks;
+  f.first_node = node;
+  f.node_name = node;
+  f.resv_ports = "20012-20014";
+  return f;
+}
+
+TEST(Het, ComponentsFormOneWorld) {
+  auto env = het_env();
+  StepFacts c1 = component(101, 1, "n1");
+  apply_het_step(c1, lookup(env), "n[1-2]");
+  EXPECT_EQ(c1.het_components, 2u);
+  EXPECT_EQ(c1.job_id, 100u);  // the leading job: one SLURMDDP_STEP, one port
+  EXPECT_EQ(c1.total_task_count, 3u);
+  EXPECT_EQ(c1.num_nodes, 2u);
+  EXPECT_EQ(c1.rank0_node, "n2");  // not n1, the first of the sorted step list
+  EXPECT_THAT(c1.rank0_source, HasSubstr("het group 0"));
+  EXPECT_TRUE(c1.resv_ports.empty());
+  StepFacts c0 = component(100, 2, "n2");
+  apply_het_step(c0, lookup(env), "n[1-2]");
+  auto on_n1 = net_on("10.77.0.11");
+  auto on_n2 = net_on("10.77.0.12");
+  StepPlan p0 = plan_step(Settings{}, c0, on_n2.view());
+  StepPlan p1 = plan_step(Settings{}, c1, on_n1.view());
+  EXPECT_EQ(p0.step, "100.0");
+  EXPECT_EQ(p1.step, "100.0");
+  EXPECT_EQ(p0.master_addr, "10.77.0.12");
+  EXPECT_EQ(p1.master_addr, "10.77.0.12");
+  EXPECT_EQ(p0.port.port, p1.port.port);
+  EXPECT_THAT(p1.port.source, HasSubstr("hash of job 100"));
+  EXPECT_EQ(p1.world_size, 3u);
+  // Slurm's global numbers per task
+  TaskFacts t;
+  t.local_rank = 0;
+  t.global_rank = 2;
+  t.node_rank = 1;
+  auto e = as_map(task_environment(p1, t, on_n1.view()));
+  EXPECT_EQ(e["RANK"], "2");
+  EXPECT_EQ(e["WORLD_SIZE"], "3");
+  EXPECT_EQ(e["NODE_RANK"], "1");
+  EXPECT_EQ(e["LOCAL_RANK"], "0");
+  EXPECT_EQ(e["LOCAL_WORLD_SIZE"], "1");
+  EXPECT_EQ(e["SLURMDDP_STEP"], "100.0");
+  TaskFacts r0;
+  r0.node_rank = 0;
+  EXPECT_NO_THROW(task_environment(p0, r0, on_n2.view()));
+}
+
+TEST(Het, OneComponentOnItsOwnIsAnOrdinaryStepNamedAfterTheHetJob) {
+  auto env = het_env();
+  env["SLURM_STEP_NUM_TASKS"] = "1";
+  StepFacts c1 = component(101, 1, "n1");
+  apply_het_step(c1, lookup(env), "n1");
+  EXPECT_EQ(c1.het_components, 0u);
+  EXPECT_EQ(c1.job_id, 100u);  // SLURM_JOB_ID, which the tasks see
+  EXPECT_EQ(c1.total_task_count, 1u);
+  EXPECT_EQ(c1.resv_ports, "20012-20014");
+  EXPECT_TRUE(c1.rank0_node.empty());
+  StepFacts plain = component(7, 2, "n1");
+  apply_het_step(plain, lookup({}), "n1");
+  EXPECT_EQ(plain.job_id, 7u);
+  EXPECT_EQ(plain.het_components, 0u);
+}
+
+TEST(Het, Rank0IsOnTheLowestGroupInTheStep) {
+  // srun --het-group=1,2 of a job of three groups
+  std::map<std::string, std::string> env = {{"SLURM_HET_SIZE", "3"},
+                                            {"SLURM_JOB_NODELIST_HET_GROUP_0", "n3"},
+                                            {"SLURM_JOB_NODELIST_HET_GROUP_1", "n[4,2]"},
+                                            {"SLURM_JOB_NODELIST_HET_GROUP_2", "n1"}};
+  auto r = het_rank0_node(lookup(env), "n[1-2]");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->node, "n2");
+  EXPECT_THAT(r->source, HasSubstr("het group 1"));
+  EXPECT_FALSE(het_rank0_node(lookup({}), "n[1-2]").has_value());
+}
+
+TEST(Het, ContradictionsNameTheVariable) {
+  auto env = het_env();
+  env.erase("SLURM_JOB_NODELIST_HET_GROUP_0");
+  env.erase("SLURM_JOB_NODELIST_HET_GROUP_1");
+  StepFacts c1 = component(101, 1, "n1");
+  try {
+    apply_het_step(c1, lookup(env), "n[1-2]");
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("none of SLURM_JOB_NODELIST_HET_GROUP_0..1 has a node of "
+                                    "SLURM_STEP_NODELIST='n[1-2]'"));
+  }
+  env = het_env();
+  env.erase("SLURM_STEP_NUM_NODES");
+  c1 = component(101, 1, "n1");
+  try {
+    apply_het_step(c1, lookup(env), "n[1-2]");
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("SLURM_STEP_NUM_NODES is not set"));
+  }
+  env = het_env();
+  env["SLURM_STEP_NUM_TASKS"] = "x";
+  c1 = component(101, 1, "n1");
+  try {
+    apply_het_step(c1, lookup(env), "n[1-2]");
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("SLURM_STEP_NUM_TASKS='x'"));
+  }
+}
+
 TEST(Plan, UnresolvableAddressNamesHostAndSource) {
   auto net = net_on("10.77.0.11");
   Settings s;
@@ -301,6 +477,78 @@ TEST(TaskEnv, RanksOutOfRange) {
   t.global_rank = 1;
   t.local_rank = 4;
   EXPECT_THROW(task_environment(p, t, net.view()), LaunchError);
+}
+
+TEST(TaskEnv, TorchrunLauncherExportsPetVariablesNotRanks) {
+  auto net = net_on("10.77.0.12");
+  Settings s;
+  s.launcher = Launcher::kTorchrun;
+  StepFacts f = facts(1);
+  f.local_task_count = 1;
+  f.total_task_count = 2;
+  StepPlan p = plan_step(s, f, net.view());
+  TaskFacts t;
+  t.global_rank = 1;
+  t.cuda_visible_devices = "0,1";
+  auto env = as_map(task_environment(p, t, net.view()));
+  EXPECT_EQ(env["PET_NNODES"], "2");
+  EXPECT_EQ(env["PET_NODE_RANK"], "1");
+  EXPECT_EQ(env["PET_NPROC_PER_NODE"], "2");
+  EXPECT_EQ(env["PET_MASTER_ADDR"], "10.77.0.11");
+  EXPECT_EQ(env["PET_MASTER_PORT"], std::to_string(p.port.port));
+  EXPECT_EQ(env["PET_RDZV_BACKEND"], "static");
+  EXPECT_EQ(env["PET_RDZV_ENDPOINT"], "10.77.0.11:" + std::to_string(p.port.port));
+  EXPECT_EQ(env["PET_RDZV_ID"], "42.0");
+  EXPECT_EQ(env["MASTER_ADDR"], "10.77.0.11");
+  for (const char* k : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
+                        "GROUP_RANK", "SLURMDDP_LOCAL_DEVICE"}) {
+    ASSERT_EQ(env.count(k), 1u) << k;
+    EXPECT_EQ(env[k], std::nullopt) << k << " is unset";
+  }
+  // no GPUs: torchrun's own default or flag
+  t.cuda_visible_devices.reset();
+  EXPECT_EQ(as_map(task_environment(p, t, net.view()))["PET_NPROC_PER_NODE"], std::nullopt);
+  // two agents on one node would claim one node rank twice
+  StepPlan two = plan_step(s, facts(1), net.view());
+  try {
+    task_environment(two, t, net.view());
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("this node runs 4 tasks"));
+    EXPECT_THAT(e.what(), HasSubstr("--ntasks-per-node=1"));
+  }
+}
+
+TEST(TaskEnv, MasterOnlyLauncherLeavesRanksToTheFramework) {
+  auto net = net_on("10.77.0.11");
+  Settings s;
+  s.launcher = Launcher::kMasterOnly;
+  StepPlan p = plan_step(s, facts(0), net.view());
+  auto env = as_map(task_environment(p, TaskFacts{}, net.view()));
+  EXPECT_EQ(env["MASTER_ADDR"], "10.77.0.11");
+  EXPECT_EQ(env["MASTER_PORT"], std::to_string(p.port.port));
+  EXPECT_EQ(env["RANK"], std::nullopt);
+  EXPECT_EQ(env["WORLD_SIZE"], std::nullopt);
+  EXPECT_EQ(env.count("PET_NNODES"), 0u);
+}
+
+TEST(TaskEnv, AnnouncesTheTokenAndTheExportedMaster) {
+  auto net = net_on("10.77.0.11");
+  StepFacts f = facts(0);
+  f.has_token = true;
+  StepPlan p = plan_step(Settings{}, f, net.view());
+  auto env = as_map(task_environment(p, TaskFacts{}, net.view()));
+  EXPECT_EQ(env["SLURMDDP_AUTH"], "hmac");
+  EXPECT_EQ(env["SLURMDDP_MASTER"], "10.77.0.11:" + std::to_string(p.port.port));
+  EXPECT_EQ(env.count("SLURMDDP_VERBOSE"), 0u);
+  f.has_token = false;
+  Settings verbose;
+  verbose.verbose = true;
+  p = plan_step(verbose, f, net.view());
+  env = as_map(task_environment(p, TaskFacts{}, net.view()));
+  ASSERT_EQ(env.count("SLURMDDP_AUTH"), 1u);
+  EXPECT_EQ(env["SLURMDDP_AUTH"], std::nullopt);
+  EXPECT_EQ(env["SLURMDDP_VERBOSE"], "1");
 }
 
 TEST(Describe, NeverPrintsTheToken) {

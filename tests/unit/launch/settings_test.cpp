@@ -54,7 +54,9 @@ TEST(Plugstack, EveryKey) {
   EXPECT_EQ(c.ifname, "ib0");
   EXPECT_TRUE(c.bind_gpu);
   EXPECT_TRUE(c.verbose);
-  EXPECT_EQ(plugstack_keys().size(), 7u);
+  EXPECT_EQ(c.launcher, Launcher::kDirect);
+  EXPECT_EQ(parse_plugstack_args({"launcher=torchrun"}).launcher, Launcher::kTorchrun);
+  EXPECT_EQ(plugstack_keys().size(), 8u);
 }
 
 TEST(Plugstack, StrictErrorsNameKeyValueAndForm) {
@@ -67,6 +69,31 @@ TEST(Plugstack, StrictErrorsNameKeyValueAndForm) {
               HasSubstr("invalid plugstack argument port_range='9-1'"));
   EXPECT_THAT(error_of({"network=10.0.0.0/40"}), HasSubstr("network prefix length='40'"));
   EXPECT_THAT(error_of({"ifname=a b"}), HasSubstr("ifname='a b'"));
+  EXPECT_THAT(error_of({"launcher=mpirun"}),
+              HasSubstr("invalid plugstack argument launcher='mpirun': expected one of direct, "
+                        "torchrun, master-only"));
+}
+
+TEST(Resolve, LauncherPrecedence) {
+  PlugstackConfig conf;
+  conf.launcher = Launcher::kMasterOnly;
+  FakeEnv env;
+  UserOptions opts;
+  EXPECT_EQ(resolve_settings(opts, env.lookup(), conf).launcher, Launcher::kMasterOnly);
+  env.vars[kEnvLauncher] = "direct";
+  EXPECT_EQ(resolve_settings(opts, env.lookup(), conf).launcher, Launcher::kDirect);
+  opts.launcher = "torchrun";
+  EXPECT_EQ(resolve_settings(opts, env.lookup(), conf).launcher, Launcher::kTorchrun);
+  opts.launcher = "Torchrun";
+  try {
+    resolve_settings(opts, env.lookup(), conf);
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("invalid --ddp-launcher='Torchrun'"));
+  }
+  for (Launcher l : {Launcher::kDirect, Launcher::kTorchrun, Launcher::kMasterOnly}) {
+    EXPECT_EQ(parse_launcher("x", to_string(l)), l);
+  }
 }
 
 TEST(Resolve, PrecedenceOptionOverEnvironmentOverPlugstack) {

@@ -19,7 +19,7 @@ TEST(Options, TableIsCompleteAndPrefixed) {
     EXPECT_EQ(o.has_arg != 0, o.arginfo != nullptr) << o.name;
   }
   EXPECT_EQ(names, (std::set<std::string>{"ddp", "no-ddp", "ddp-port", "ddp-addr", "ddp-ifname",
-                                          "ddp-bind-gpu", "ddp-verbose"}));
+                                          "ddp-bind-gpu", "ddp-verbose", "ddp-launcher"}));
 }
 
 TEST(Options, RecordIsIdempotent) {
@@ -31,6 +31,8 @@ TEST(Options, RecordIsIdempotent) {
   EXPECT_EQ(o.port, "29999");
   EXPECT_EQ(o.enable, false);
   EXPECT_EQ(o.bind_gpu, true);
+  EXPECT_TRUE(record_option(o, kOptLauncher, "torchrun"));
+  EXPECT_EQ(o.launcher, "torchrun");
   EXPECT_FALSE(record_option(o, 999, nullptr));
 }
 
