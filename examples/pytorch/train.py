@@ -7,6 +7,10 @@ env:// initialization just works:
 
     srun -N 2 -n 8 --ntasks-per-node=4 python3 train.py --epochs 2
 
+or with one torchrun per node, which starts the ranks itself (torchrun.sbatch):
+
+    srun -N 2 --ntasks-per-node=1 --gres=gpu:4 --ddp-launcher=torchrun torchrun train.py
+
 Trains a small MLP on Fashion-MNIST (Debian package dataset-fashion-mnist).
 """
 import argparse
@@ -60,7 +64,11 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cpu")
     if use_cuda:
-        device = torch.device("cuda", int(os.environ.get("SLURMDDP_LOCAL_DEVICE", "0")))
+        # The plugin's index within CUDA_VISIBLE_DEVICES; under torchrun
+        # (--ddp-launcher=torchrun) each worker takes LOCAL_RANK's GPU.
+        local = os.environ.get("SLURMDDP_LOCAL_DEVICE")
+        index = int(local) if local is not None else int(os.environ["LOCAL_RANK"])
+        device = torch.device("cuda", index % torch.cuda.device_count())
         torch.cuda.set_device(device)
     print(f"rank {rank}/{world} on {os.uname().nodename}: MASTER_ADDR={os.environ['MASTER_ADDR']} "
           f"MASTER_PORT={os.environ['MASTER_PORT']} LOCAL_RANK={os.environ['LOCAL_RANK']} "

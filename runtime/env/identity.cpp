@@ -169,6 +169,18 @@ ProcessIdentity from_torchrun(const EnvReader& env, IdentitySource source) {
         "number in [1, 65535]");
   }
   id.master_port = checked([&] { return launch::parse_port("MASTER_PORT", *port); });
+  // torchrun's static rendezvous (what --ddp-launcher=torchrun asks for) hands
+  // its workers its own TCPStore on MASTER_PORT: a different protocol, and the
+  // port is taken, so rank 0 could not host the rendezvous there.
+  if (auto agent = env("TORCHELASTIC_USE_AGENT_STORE"); agent && *agent == "True") {
+    throw InvalidArgument(
+        "identity: this process was started by torchrun with its static rendezvous "
+        "(TORCHELASTIC_USE_AGENT_STORE=True): MASTER_ADDR:MASTER_PORT=" +
+        id.master_addr + ":" + std::to_string(id.master_port) +
+        " is torchrun's own store, which slurm-ddp's runtime cannot join; start the program "
+        "with srun, one task per rank (--ddp-launcher=direct), or use torchrun's c10d "
+        "rendezvous (--rdzv_backend=c10d)");
+  }
   id.token = token_of(env);
   id.local_device = visible_device(env, id.local_rank, id.local_world_size);
   id.ifname = ifname_of(env);

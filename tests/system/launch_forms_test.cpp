@@ -145,6 +145,46 @@ TEST(LaunchForms, TorchrunInsideSrunNeedsNoFlags) {
                                    "torch rank=2 world=4 sum=10", "torch rank=3 world=4 sum=10"}));
 }
 
+// examples/pytorch/torchrun.sbatch as a user submits it (one epoch, two
+// workers per node): one torchrun per node, the PyTorch DDP example in each.
+TEST(LaunchForms, TorchrunSbatchExampleTrains) {
+  REQUIRE_CLUSTER();
+  std::string dir = fresh_dir("torchrun-sbatch");
+  Result r = run("EPOCHS=1 sbatch --wait --gres=gpu:2 -o " + dir + "/out.txt torchrun.sbatch",
+                 std::chrono::seconds(300), source_dir() + "/examples/pytorch");
+  std::ifstream in(dir + "/out.txt");
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_EQ(r.rc, 0) << r.out << r.err << text.str();
+  std::set<std::string> ranks;
+  std::string line;
+  double accuracy = -1;
+  while (std::getline(text, line)) {
+    auto at = line.find("rank ");
+    if (at != std::string::npos && line.find("/4 on n") != std::string::npos) {
+      ranks.insert(line.substr(at, line.find(' ', at + 5) - at));
+      EXPECT_THAT(line, HasSubstr("MASTER_ADDR=10.77.0.11"));
+    }
+    auto acc = line.find("test accuracy ");
+    if (acc != std::string::npos) accuracy = std::stod(line.substr(acc + 14));
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"rank 0/4", "rank 1/4", "rank 2/4", "rank 3/4"}));
+  EXPECT_GE(accuracy, 80.0) << "one epoch of the MLP on Fashion-MNIST";
+}
+
+TEST(LaunchForms, RuntimeUnderTorchrunsStaticRendezvousFailsFastAndClearly) {
+  REQUIRE_CLUSTER();
+  Result r =
+      run("srun -N 2 --ntasks-per-node=1 --gres=gpu:2 --ddp-launcher=torchrun "
+          "torchrun --redirects 1 --tee 1 --no_python " +
+              runtime_probe(),
+          std::chrono::seconds(120));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_THAT(r.out + r.err, HasSubstr("TORCHELASTIC_USE_AGENT_STORE=True"));
+  EXPECT_TRUE(ok_ranks(r).empty());
+}
+
 TEST(LaunchForms, TorchrunLauncherWithTwoTasksPerNodeIsAClearError) {
   REQUIRE_CLUSTER();
   Result r = run("srun -N 1 -n 2 --ddp-launcher=torchrun " + probe());

@@ -94,6 +94,17 @@ TEST(Identity, AnnouncedTokenThatDidNotArriveIsRefused) {
   EXPECT_EQ(e.identity().token, "");
 }
 
+TEST(Identity, TorchrunsAgentStoreIsRefusedClearly) {
+  Env e = plugin_env();
+  e.vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";  // c10d: the workers host their own store
+  EXPECT_EQ(e.identity().rank, 5);
+  e.vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  std::string err = e.error();
+  EXPECT_THAT(err, HasSubstr("TORCHELASTIC_USE_AGENT_STORE=True"));
+  EXPECT_THAT(err, HasSubstr("MASTER_ADDR:MASTER_PORT=10.0.0.1:20001 is torchrun's own store"));
+  EXPECT_THAT(err, HasSubstr("--ddp-launcher=direct"));
+}
+
 TEST(Identity, TorchrunStyle) {
   Env e;
   e.vars = {{"RANK", "2"},
