@@ -1,6 +1,7 @@
 #include "rendezvous.h"
 
 #include <algorithm>
+#include <set>
 
 #include "error.h"
 #include "hostlist.h"
@@ -56,13 +57,14 @@ std::optional<Rank0Node> het_rank0_node(const StepEnv& env, const std::string& s
   auto size_text = env("SLURM_HET_SIZE");
   if (!size_text) return std::nullopt;
   auto groups = static_cast<uint32_t>(parse_uint("SLURM_HET_SIZE", *size_text, 1, 1u << 16));
-  auto in_step = expand_hostlist("SLURM_STEP_NODELIST", step_nodes);
+  auto listed = expand_hostlist("SLURM_STEP_NODELIST", step_nodes);
+  const std::set<std::string> in_step(listed.begin(), listed.end());
   for (uint32_t k = 0; k < groups; ++k) {
     std::string name = "SLURM_JOB_NODELIST_HET_GROUP_" + std::to_string(k);
     auto list = env(name.c_str());
     if (!list) continue;
     for (const auto& host : expand_hostlist(name, *list)) {
-      if (std::find(in_step.begin(), in_step.end(), host) != in_step.end()) {
+      if (in_step.count(host) != 0) {
         return Rank0Node{
             host, "first node of het group " + std::to_string(k) + " in the step (" + name + ")"};
       }
