@@ -162,6 +162,7 @@ void plan_remote(spank_t sp) {
   auto token = remote_getenv(sp, plugin::kEnvToken);
   g.have_token = token && !token->empty();
   f.has_token = g.have_token;
+  f.restart_count = item_u32(sp, S_SLURM_RESTART_COUNT, "the job's restart count");
   launch::apply_het_step(f, env, *nodelist);  // Note [Heterogeneous steps]
   if (!s.addr && f.rank0_node.empty() && !launch::rank0_on_first_node(f.distribution)) {
     rank0_from_hostfile(f, remote_getenv(sp, "SLURM_HOSTFILE"));

@@ -140,6 +140,7 @@ StepPlan plan_step(const Settings& s, const StepFacts& f, const NetworkView& net
   p.launcher = s.launcher;
   p.het_components = f.het_components;
   p.has_token = f.has_token;
+  p.restart_count = f.restart_count;
   p.port = choose_port(s, f);
 
   AddressPolicy policy;
@@ -302,6 +303,10 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
     unset(kEnvAuth);
   }
   set("SLURMDDP_NUM_NODES", std::to_string(plan.num_nodes));
+  // A fresh start (0) or the n-th run after Slurm requeued the job; torchrun's
+  // name too, for PyTorch code that already reads it.
+  set("SLURMDDP_RESTART_COUNT", std::to_string(plan.restart_count));
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(plan.restart_count));
   DeviceChoice d = choose_device(t.local_rank, plan.local_world_size, t.cuda_visible_devices,
                                  t.node_gpus, plan.bind_gpu);
   if (plan.launcher == Launcher::kTorchrun) {

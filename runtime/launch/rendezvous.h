@@ -47,6 +47,7 @@ struct StepFacts {
   // counts are the whole step's (Note [Heterogeneous steps]).
   uint32_t het_components = 0;  // 0: an ordinary step
   bool has_token = false;       // SLURMDDP_TOKEN reached the step (srun loaded the plugin)
+  uint32_t restart_count = 0;   // times Slurm requeued the job (S_SLURM_RESTART_COUNT)
 };
 
 // Note [Heterogeneous steps]
@@ -127,6 +128,7 @@ struct StepPlan {
   Launcher launcher = Launcher::kDirect;
   uint32_t het_components = 0;
   bool has_token = false;
+  uint32_t restart_count = 0;
 };
 
 // Decides MASTER_ADDR/MASTER_PORT and the node-level values. Throws LaunchError

@@ -1,0 +1,95 @@
+// Checkpoints for preemption and requeue: the training state a program hands
+// over (opaque bytes, from every rank or from rank 0 only) plus each rank's
+// sampler state, written atomically into a directory per job, so that a
+// requeued job finds its own checkpoint and other jobs do not.
+//
+//   slurmddp::Checkpointer ckpt(pg->comm(), slurmddp::job_checkpoint_dir("ckpt"));
+//   if (auto c = ckpt.load()) { restore(c->payload); sampler.load_state(c->sampler); step =
+//   c->step; }
+//   ...
+//   if (stop.should_stop(step)) { ckpt.save(step, sampler.state().to_string(), bytes); ... }
+//
+// Note [Checkpoint layout]
+//   <dir>/step-<N>/rank-<r>.ckpt   one file per rank: its sampler state, and the
+//                                   payload (every rank, or rank 0 only)
+//   <dir>/step-<N>/COMPLETE        written by rank 0 once every rank's file is
+//                                   durable (after a barrier)
+//   <dir>/LATEST                   "step-<N>", replaced once COMPLETE is durable
+//   Every file is written to a temporary name in the same directory, fsynced,
+//   renamed into place, and the directory fsynced: a crash at any point leaves
+//   either the previous checkpoint or the new one, never a partial one, and
+//   LATEST only ever names complete checkpoints. Each rank file starts with a
+//   header ("slurmddp-checkpoint v1", step, rank, world size, sizes) and ends
+//   with an FNV-1a 64 checksum of everything before it: a truncated file or a
+//   flipped byte is a clear error naming the file, never a silent fresh start
+//   or a wrong resume. The `keep` newest complete checkpoints are kept.
+//   With rank-0 scope every rank reads rank 0's payload: the directory must be
+//   on a file system every node sees (it must be anyway, for a requeued job
+//   that may land on other nodes).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "slurmddp/communicator.h"
+
+// The installed API is what libslurmddp exports; everything else is hidden.
+#pragma GCC visibility push(default)
+
+namespace slurmddp {
+
+enum class CheckpointScope {
+  kRankZero,   // the payload is the same on every rank (parameters after sync)
+  kEveryRank,  // each rank's payload is its own
+};
+
+struct CheckpointOptions {
+  CheckpointScope scope = CheckpointScope::kRankZero;
+  int keep = 2;  // complete checkpoints kept (>= 1)
+};
+
+struct Checkpoint {
+  int64_t step = 0;
+  std::string sampler;           // this rank's sampler state (SamplerState::to_string())
+  std::vector<uint8_t> payload;  // rank 0's (kRankZero) or this rank's (kEveryRank)
+};
+
+class Checkpointer {
+ public:
+  // `dir` is created when missing. Throws InvalidArgument for bad options.
+  Checkpointer(std::shared_ptr<Communicator> comm, std::string dir, CheckpointOptions options = {});
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Collective: every rank calls it with the same step. With kRankZero only
+  // rank 0's payload is written (the others may pass none). Returns once the
+  // checkpoint is complete and durable on every rank. Throws Error naming the
+  // path and the errno text when a write fails.
+  void save(int64_t step, const std::string& sampler, const void* payload, size_t bytes);
+
+  // Collective: the latest complete checkpoint, or nullopt when there is none
+  // (a fresh start). Every rank loads the same step (checked: ranks that see
+  // different LATEST files fail naming both steps). Throws Error naming the
+  // file when it is damaged (checksum, truncation, wrong rank or world size).
+  std::optional<Checkpoint> load();
+
+  const std::string& dir() const;
+
+ private:
+  class __attribute__((visibility("hidden"))) Impl;  // internal: not exported
+  std::unique_ptr<Impl> impl_;
+};
+
+// `base`/<job>: the job's own checkpoint directory, the same across requeues
+// of one job and different for other jobs and for each task of a job array:
+// <job> is "job-<SLURM_ARRAY_JOB_ID>_<SLURM_ARRAY_TASK_ID>" in an array job,
+// else "job-<SLURM_JOB_ID>", else "local" outside Slurm.
+std::string job_checkpoint_dir(const std::string& base);
+
+}  // namespace slurmddp
+
+#pragma GCC visibility pop

@@ -1,0 +1,303 @@
+#include "slurmddp/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint_file.h"
+#include "common/log.h"
+#include "scalar_channel.h"
+#include "slurmddp/error.h"
+
+namespace slurmddp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kComponent = "checkpoint";
+
+[[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
+  int err = errno;
+  throw Error("checkpoint: failed to " + what + " " + path + ": " + std::strerror(err));
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail_errno("open the directory", dir);
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    errno = err;
+    fail_errno("fsync the directory", dir);
+  }
+  ::close(fd);
+}
+
+// Note [Checkpoint layout]: temporary name, fsync, rename, fsync the directory.
+void write_atomic(const std::string& dir, const std::string& name, const std::string& bytes) {
+  std::string path = dir + "/" + name;
+  std::string tmp = dir + "/." + name + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_errno("create", tmp);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      errno = err;
+      fail_errno("write", tmp);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = err;
+    fail_errno("fsync", tmp);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    errno = err;
+    fail_errno("rename into place", path);
+  }
+  fsync_dir(dir);
+}
+
+std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string step_dir_name(int64_t step) {
+  return "step-" + std::to_string(step);
+}
+
+// "step-<N>" -> N, or -1.
+int64_t step_of(const std::string& name) {
+  if (name.rfind("step-", 0) != 0 || name.size() == 5) return -1;
+  int64_t v = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || v > (int64_t{1} << 56)) return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+}  // namespace
+
+class __attribute__((visibility("hidden"))) Checkpointer::Impl {
+ public:
+  Impl(std::shared_ptr<Communicator> comm, std::string dir, CheckpointOptions options)
+      : comm_(std::move(comm)), dir_(std::move(dir)), options_(options) {
+    if (!comm_) throw InvalidArgument("Checkpointer: the communicator is null");
+    if (dir_.empty()) throw InvalidArgument("Checkpointer: the directory is empty");
+    if (options_.keep < 1) {
+      throw InvalidArgument("Checkpointer: keep=" + std::to_string(options_.keep) +
+                            "; expected at least 1");
+    }
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec) {
+      throw Error("checkpoint: failed to create the directory " + dir_ + ": " + ec.message());
+    }
+    channel_ = resume::make_scalar_channel(*comm_);
+  }
+
+  void save(int64_t step, const std::string& sampler, const void* payload, size_t bytes) {
+    if (step < 0) {
+      throw InvalidArgument("Checkpointer::save: step=" + std::to_string(step) + "; expected >= 0");
+    }
+    const int rank = comm_->rank();
+    std::string sdir = dir_ + "/" + step_dir_name(step);
+    std::error_code ec;
+    fs::create_directories(sdir, ec);
+    if (ec) throw Error("checkpoint: failed to create " + sdir + ": " + ec.message());
+    resume::RankFile f;
+    f.step = step;
+    f.rank = rank;
+    f.world = comm_->size();
+    f.sampler = sampler;
+    if ((options_.scope == CheckpointScope::kEveryRank || rank == 0) && bytes > 0) {
+      if (payload == nullptr) {
+        throw InvalidArgument("Checkpointer::save: payload is null with " + std::to_string(bytes) +
+                              " bytes");
+      }
+      const auto* p = static_cast<const uint8_t*>(payload);
+      f.payload.assign(p, p + bytes);
+    }
+    write_atomic(sdir, "rank-" + std::to_string(rank) + ".ckpt", resume::encode(f));
+    comm_->barrier()->wait();  // every rank's file is durable
+    if (rank == 0) {
+      write_atomic(sdir, "COMPLETE",
+                   "complete step=" + std::to_string(step) +
+                       " world=" + std::to_string(comm_->size()) + "\n");
+      write_atomic(dir_, "LATEST", step_dir_name(step) + "\n");
+      prune(step);
+      SLURMDDP_LOG_INFO(kComponent, "saved step " << step << " in " << sdir);
+    }
+    comm_->barrier()->wait();  // nobody leaves before LATEST names it
+  }
+
+  std::optional<Checkpoint> load() {
+    const int rank = comm_->rank();
+    int64_t mine = latest_complete();
+    int64_t newest = channel_->max(mine);
+    int64_t oldest = -channel_->max(-mine);
+    if (newest != oldest) {
+      throw Error("checkpoint: ranks disagree on the latest checkpoint in " + dir_ +
+                  ": some see step " + std::to_string(oldest) + ", others step " +
+                  std::to_string(newest) + " (-1: none); rank " + std::to_string(rank) + " sees " +
+                  std::to_string(mine) +
+                  ". The directory must be the same shared directory on every node");
+    }
+    if (mine < 0) return std::nullopt;
+    std::string sdir = dir_ + "/" + step_dir_name(mine);
+    std::optional<Checkpoint> out;
+    std::string error;
+    try {
+      out = read_step(sdir, mine, rank);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    // A damaged file on one rank stops every rank, naming the first such rank.
+    int64_t failed = channel_->max(error.empty() ? 0 : rank + 1);
+    if (!error.empty()) throw Error(error);
+    if (failed != 0) {
+      throw Error("checkpoint: rank " + std::to_string(failed - 1) + " could not load " + sdir +
+                  " (see its error); not resuming");
+    }
+    if (rank == 0) SLURMDDP_LOG_INFO(kComponent, "resuming from " << sdir);
+    return out;
+  }
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  // The step LATEST names when its COMPLETE marker exists; -1 otherwise.
+  int64_t latest_complete() const {
+    auto latest = read_file(dir_ + "/LATEST");
+    if (!latest) return -1;
+    std::string name = *latest;
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    int64_t step = step_of(name);
+    if (step < 0) {
+      throw Error("checkpoint " + dir_ + "/LATEST is damaged: it holds '" + name +
+                  "', expected step-<N>");
+    }
+    if (!fs::exists(dir_ + "/" + name + "/COMPLETE")) {
+      throw Error("checkpoint " + dir_ + "/LATEST names " + name +
+                  ", which has no COMPLETE marker; the checkpoint is incomplete");
+    }
+    return step;
+  }
+
+  resume::RankFile read_rank_file(const std::string& sdir, int64_t step, int who) const {
+    std::string path = sdir + "/rank-" + std::to_string(who) + ".ckpt";
+    auto bytes = read_file(path);
+    if (!bytes) {
+      throw Error("checkpoint " + path + " is missing or unreadable (" + std::strerror(errno) +
+                  "); the directory must be shared by every node");
+    }
+    resume::RankFile f = resume::decode(path, *bytes);
+    if (f.step != step || f.rank != who || f.world != comm_->size()) {
+      throw Error("checkpoint " + path + " holds step " + std::to_string(f.step) + " of rank " +
+                  std::to_string(f.rank) + " in a world of " + std::to_string(f.world) +
+                  "; expected step " + std::to_string(step) + " of rank " + std::to_string(who) +
+                  " in a world of " + std::to_string(comm_->size()) +
+                  " (resuming needs the same number of ranks)");
+    }
+    return f;
+  }
+
+  Checkpoint read_step(const std::string& sdir, int64_t step, int rank) const {
+    resume::RankFile own = read_rank_file(sdir, step, rank);
+    Checkpoint c;
+    c.step = step;
+    c.sampler = own.sampler;
+    if (options_.scope == CheckpointScope::kEveryRank || rank == 0) {
+      c.payload = std::move(own.payload);
+    } else {
+      c.payload = read_rank_file(sdir, step, 0).payload;
+    }
+    return c;
+  }
+
+  // Keeps the `keep` newest complete steps up to `current`; removes older ones
+  // and incomplete ones below `current`.
+  void prune(int64_t current) const {
+    std::vector<int64_t> complete;
+    std::vector<int64_t> remove;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec)) {
+      int64_t s = step_of(e.path().filename().string());
+      if (s < 0 || s > current) continue;
+      if (fs::exists(e.path() / "COMPLETE")) {
+        complete.push_back(s);
+      } else if (s < current) {
+        remove.push_back(s);
+      }
+    }
+    std::sort(complete.rbegin(), complete.rend());
+    for (size_t i = static_cast<size_t>(options_.keep); i < complete.size(); ++i) {
+      remove.push_back(complete[i]);
+    }
+    for (int64_t s : remove) fs::remove_all(dir_ + "/" + step_dir_name(s), ec);
+  }
+
+  std::shared_ptr<Communicator> comm_;
+  std::string dir_;
+  CheckpointOptions options_;
+  std::unique_ptr<resume::ScalarChannel> channel_;
+};
+
+Checkpointer::Checkpointer(std::shared_ptr<Communicator> comm, std::string dir,
+                           CheckpointOptions options)
+    : impl_(std::make_unique<Impl>(std::move(comm), std::move(dir), options)) {}
+Checkpointer::~Checkpointer() = default;
+
+void Checkpointer::save(int64_t step, const std::string& sampler, const void* payload,
+                        size_t bytes) {
+  impl_->save(step, sampler, payload, bytes);
+}
+
+std::optional<Checkpoint> Checkpointer::load() {
+  return impl_->load();
+}
+
+const std::string& Checkpointer::dir() const {
+  return impl_->dir();
+}
+
+std::string job_checkpoint_dir(const std::string& base) {
+  auto get = [](const char* n) -> std::string {
+    const char* v = std::getenv(n);
+    return v != nullptr ? v : "";
+  };
+  std::string array = get("SLURM_ARRAY_JOB_ID");
+  std::string task = get("SLURM_ARRAY_TASK_ID");
+  std::string job = get("SLURM_JOB_ID");
+  std::string name = !array.empty() && !task.empty() ? "job-" + array + "_" + task
+                     : !job.empty()                  ? "job-" + job
+                                                     : "local";
+  return base + "/" + name;
+}
+
+}  // namespace slurmddp

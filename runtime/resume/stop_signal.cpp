@@ -1,0 +1,146 @@
+#include <string.h>
+
+#include <array>
+#include <atomic>
+#include <csignal>
+#include <mutex>
+#include <string>
+
+#include "common/log.h"
+#include "scalar_channel.h"
+#include "slurmddp/error.h"
+#include "slurmddp/stop.h"
+
+namespace slurmddp {
+
+namespace {
+
+const char* const kComponent = "stop";
+
+// Note [Stop requests]: the state the handler touches. Lock-free atomics only.
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the handler needs a lock-free flag");
+constexpr int kMaxSignal = 65;
+std::array<struct sigaction, kMaxSignal> g_previous{};
+std::array<std::atomic<bool>, kMaxSignal> g_installed{};
+std::mutex g_owner_mutex;
+bool g_owned = false;
+
+void on_signal(int sig, siginfo_t* info, void* context) {
+  int expected = 0;
+  // Keep the first signal; later ones do not change the decision.
+  g_signal.compare_exchange_strong(expected, sig, std::memory_order_relaxed);
+  if (sig <= 0 || sig >= kMaxSignal) return;
+  const struct sigaction& prev = g_previous[static_cast<size_t>(sig)];
+  if ((prev.sa_flags & SA_SIGINFO) != 0) {
+    if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, context);
+  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN &&
+             prev.sa_handler != nullptr) {
+    prev.sa_handler(sig);
+  }
+}
+
+}  // namespace
+
+std::string signal_name(int signal) {
+  const char* abbrev = sigabbrev_np(signal);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
+}
+
+class __attribute__((visibility("hidden"))) StopSignal::Impl {
+ public:
+  Impl(std::shared_ptr<Communicator> comm, StopOptions options)
+      : comm_(std::move(comm)), options_(std::move(options)) {
+    if (!comm_) throw InvalidArgument("StopSignal: the communicator is null");
+    if (options_.check_every < 1) {
+      throw InvalidArgument("StopSignal: check_every=" + std::to_string(options_.check_every) +
+                            "; expected at least 1");
+    }
+    for (int s : options_.signals) {
+      if (s <= 0 || s >= kMaxSignal || s == SIGKILL || s == SIGSTOP) {
+        throw InvalidArgument("StopSignal: cannot catch " + signal_name(s) +
+                              "; expected signals such as SIGTERM, SIGUSR1, SIGUSR2, SIGHUP");
+      }
+    }
+    channel_ = resume::make_scalar_channel(*comm_);
+    std::lock_guard<std::mutex> lock(g_owner_mutex);
+    if (g_owned) {
+      throw InvalidArgument("StopSignal: another StopSignal is installed in this process");
+    }
+    g_signal.store(0, std::memory_order_relaxed);
+    for (int s : options_.signals) {
+      auto i = static_cast<size_t>(s);
+      if (g_installed[i].load()) continue;  // listed twice
+      struct sigaction act {};
+      act.sa_sigaction = on_signal;
+      act.sa_flags = SA_SIGINFO | SA_RESTART;
+      sigemptyset(&act.sa_mask);
+      if (sigaction(s, &act, &g_previous[i]) != 0) {
+        int err = errno;
+        restore();
+        throw Error("StopSignal: failed to install a handler for " + signal_name(s) + ": " +
+                    strerror(err));
+      }
+      g_installed[i].store(true);
+    }
+    g_owned = true;
+  }
+
+  ~Impl() {
+    std::lock_guard<std::mutex> lock(g_owner_mutex);
+    restore();
+    g_owned = false;
+  }
+
+  bool should_stop(int64_t step) {
+    if (step % options_.check_every != 0) return false;
+    int mine = g_signal.load(std::memory_order_relaxed);
+    auto any = static_cast<int>(channel_->max(mine));
+    if (any != 0 && agreed_ == 0) {
+      agreed_ = any;
+      SLURMDDP_LOG_INFO(kComponent, "stopping after step "
+                                        << step << ": " << signal_name(any)
+                                        << (mine != 0 ? " (received here)" : " (on another rank)"));
+    }
+    return any != 0;
+  }
+
+  int agreed() const { return agreed_; }
+
+ private:
+  void restore() {
+    for (size_t i = 0; i < g_installed.size(); ++i) {
+      if (!g_installed[i].load()) continue;
+      sigaction(static_cast<int>(i), &g_previous[i], nullptr);
+      g_installed[i].store(false);
+    }
+  }
+
+  std::shared_ptr<Communicator> comm_;
+  StopOptions options_;
+  std::unique_ptr<resume::ScalarChannel> channel_;
+  int agreed_ = 0;
+};
+
+StopSignal::StopSignal(std::shared_ptr<Communicator> comm, StopOptions options)
+    : impl_(std::make_unique<Impl>(std::move(comm), std::move(options))) {}
+StopSignal::~StopSignal() = default;
+
+int StopSignal::local_signal() const {
+  return g_signal.load(std::memory_order_relaxed);
+}
+
+bool StopSignal::should_stop(int64_t step) {
+  return impl_->should_stop(step);
+}
+
+int StopSignal::agreed_signal() const {
+  return impl_->agreed();
+}
+
+void StopSignal::request(int signal) {
+  int expected = 0;
+  g_signal.compare_exchange_strong(expected, signal, std::memory_order_relaxed);
+}
+
+}  // namespace slurmddp

@@ -1,0 +1,137 @@
+// StopSignal with ranks as processes on loopback: whichever rank is signalled,
+// and however, every rank stops after the same step; handlers installed before
+// keep working; a rank that dies instead makes the others fail in bounded time.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <set>
+
+#include "process.h"
+
+namespace slurmddp {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Process;
+using namespace std::chrono_literals;
+
+uint16_t free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::vector<std::unique_ptr<Process>> start(int world, const std::vector<std::string>& args,
+                                            const std::string& timeout = "20s") {
+  uint16_t port = free_port();
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> argv{std::getenv("SLURMDDP_STOP_RANK")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ranks.push_back(std::make_unique<Process>(
+        argv,
+        std::map<std::string, std::string>{{"RANK", std::to_string(r)},
+                                           {"WORLD_SIZE", std::to_string(world)},
+                                           {"LOCAL_RANK", std::to_string(r)},
+                                           {"LOCAL_WORLD_SIZE", std::to_string(world)},
+                                           {"MASTER_ADDR", "127.0.0.1"},
+                                           {"MASTER_PORT", std::to_string(port)},
+                                           {"SLURMDDP_TOKEN", "00112233445566778899aabbccddeeff"},
+                                           {"SLURMDDP_TIMEOUT", timeout},
+                                           {"SLURMDDP_BACKEND", "gloo"},
+                                           {"GLOO_SOCKET_IFNAME", "lo"},
+                                           {"SLURMDDP_STEP", ""},
+                                           {"SLURM_JOB_ID", ""},
+                                           {"PMIX_RANK", ""}}));
+  }
+  return ranks;
+}
+
+// Every rank's one output line, each exiting 0.
+std::set<std::string> outcomes(std::vector<std::unique_ptr<Process>>& ranks) {
+  std::set<std::string> lines;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    auto line = ranks[r]->read_line(60s);
+    EXPECT_TRUE(line.has_value()) << "rank " << r << ": " << ranks[r]->stderr_text();
+    if (line) lines.insert(*line);
+    EXPECT_EQ(ranks[r]->wait(30s), 0) << "rank " << r << ": " << ranks[r]->stderr_text();
+  }
+  return lines;
+}
+
+std::set<std::string> stopped_at(int world, int step, const std::string& signal) {
+  std::set<std::string> want;
+  for (int r = 0; r < world; ++r) {
+    want.insert("stopped rank=" + std::to_string(r) + " step=" + std::to_string(step) +
+                " signal=" + signal);
+  }
+  return want;
+}
+
+TEST(StopMultiproc, OneSignalledRankStopsEveryRankAfterTheSameStep) {
+  auto ranks =
+      start(4, {"--raise", std::to_string(SIGUSR1), "--raise-rank", "2", "--raise-step", "5"});
+  EXPECT_EQ(outcomes(ranks), stopped_at(4, 5, "SIGUSR1"));
+}
+
+TEST(StopMultiproc, CheckEveryDelaysTheStopToTheNextCheck) {
+  auto ranks = start(3, {"--raise", std::to_string(SIGTERM), "--raise-rank", "1", "--raise-step",
+                         "5", "--check-every", "4"});
+  EXPECT_EQ(outcomes(ranks), stopped_at(3, 8, "SIGTERM"));
+}
+
+TEST(StopMultiproc, NoSignalRunsToTheEnd) {
+  auto ranks = start(2, {"--steps", "20"});
+  EXPECT_EQ(outcomes(ranks), (std::set<std::string>{"finished rank=0", "finished rank=1"}));
+}
+
+// A real signal from outside (as slurmstepd delivers it) to one rank while it
+// waits: that rank's step is where everyone stops.
+TEST(StopMultiproc, ExternalSignalToOneRank) {
+  for (int sig : {SIGTERM, SIGUSR2, SIGHUP}) {
+    auto ranks = start(3, {"--pause-rank", "0", "--pause-step", "7"});
+    auto paused = ranks[0]->read_line(60s);
+    ASSERT_EQ(paused, "paused") << ranks[0]->stderr_text();
+    ranks[0]->signal(sig);
+    ranks[0]->write_line("go");
+    std::string name = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR2 ? "SIGUSR2" : "SIGHUP";
+    EXPECT_EQ(outcomes(ranks), stopped_at(3, 7, name));
+  }
+}
+
+TEST(StopMultiproc, AHandlerInstalledBeforeStillRuns) {
+  auto ranks = start(
+      2, {"--raise", std::to_string(SIGUSR2), "--raise-rank", "0", "--raise-step", "3", "--chain"});
+  auto r0 = ranks[0]->read_line(60s);
+  auto r1 = ranks[1]->read_line(60s);
+  EXPECT_EQ(r0, "stopped rank=0 step=3 signal=SIGUSR2 chained=1") << ranks[0]->stderr_text();
+  EXPECT_EQ(r1, "stopped rank=1 step=3 signal=SIGUSR2");  // not signalled itself
+  EXPECT_EQ(ranks[0]->wait(30s), 0);
+  EXPECT_EQ(ranks[1]->wait(30s), 0);
+}
+
+TEST(StopMultiproc, ADeadRankFailsTheOthersWithinTheTimeoutNamingIt) {
+  auto ranks = start(3, {"--kill-rank", "1", "--kill-step", "4"}, "3s");
+  EXPECT_EQ(ranks[1]->wait(30s), 128 + SIGKILL);
+  for (int r : {0, 2}) {
+    auto code = ranks[r]->wait(30s);
+    EXPECT_EQ(code, 1) << "rank " << r;
+    EXPECT_THAT(ranks[r]->stderr_text(), HasSubstr("rank 1")) << "rank " << r;
+    EXPECT_LT(ranks[r]->ran(), 25s) << "rank " << r;
+  }
+}
+
+}  // namespace
+}  // namespace slurmddp

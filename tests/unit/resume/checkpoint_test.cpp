@@ -1,0 +1,218 @@
+#include "slurmddp/checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "../grad_sync/fake_group.h"
+#include "resume/checkpoint_file.h"
+#include "slurmddp/error.h"
+
+namespace slurmddp {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+resume::RankFile sample() {
+  resume::RankFile f;
+  f.step = 1234;
+  f.rank = 2;
+  f.world = 4;
+  f.sampler = "slurmddp-sampler v1 epoch=3 position=120 fingerprint=00000000000000ab";
+  f.payload = {0, 1, 2, 255, '\n', 'x'};
+  return f;
+}
+
+std::string damage_of(const std::string& bytes) {
+  try {
+    resume::decode("/c/rank-2.ckpt", bytes);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(CheckpointFile, RoundTripsExactly) {
+  std::string bytes = resume::encode(sample());
+  auto f = resume::decode("x", bytes);
+  EXPECT_EQ(f.step, 1234);
+  EXPECT_EQ(f.rank, 2);
+  EXPECT_EQ(f.world, 4);
+  EXPECT_EQ(f.sampler, sample().sampler);
+  EXPECT_EQ(f.payload, sample().payload);
+  EXPECT_EQ(bytes.rfind("slurmddp-checkpoint v1\nstep=1234 rank=2 world=4 ", 0), 0u);
+  EXPECT_EQ(resume::fnv1a64("", 0), 1469598103934665603ULL);
+}
+
+TEST(CheckpointFile, EveryDamageIsNamed) {
+  std::string good = resume::encode(sample());
+  // every single flipped byte is caught
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x20);
+    EXPECT_THAT(damage_of(bad), HasSubstr("checkpoint /c/rank-2.ckpt is damaged")) << i;
+  }
+  // and every truncation
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_THAT(damage_of(good.substr(0, n)), HasSubstr("is damaged")) << n;
+  }
+  std::string flipped = good;
+  flipped[60] = static_cast<char>(flipped[60] ^ 1);
+  EXPECT_THAT(damage_of(flipped), HasSubstr("checksum mismatch: the file says fnv1a64="));
+  EXPECT_THAT(damage_of(good.substr(0, good.size() - 3)), HasSubstr("truncated"));
+}
+
+// Runs body(rank) on `world` threads, each with its communicator of one group.
+void on_ranks(int world, const std::function<void(std::shared_ptr<Communicator>, int)>& body) {
+  auto group = std::make_shared<testing::FakeGroup>(world);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(group->communicator(r), r);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+}
+
+std::string fresh(const std::string& name) {
+  std::string d = ::testing::TempDir() + "/ckpt-" + name + "-" + std::to_string(::getpid());
+  fs::remove_all(d);
+  return d;
+}
+
+std::string sampler_of(int rank, int step) {
+  return "sampler rank=" + std::to_string(rank) + " step=" + std::to_string(step);
+}
+
+TEST(Checkpointer, FreshStartThenRankZeroPayloadForEveryRank) {
+  std::string dir = fresh("rank0");
+  on_ranks(3, [&](std::shared_ptr<Communicator> comm, int rank) {
+    Checkpointer c(comm, dir);
+    EXPECT_FALSE(c.load().has_value());
+    for (int step : {10, 20, 30}) {
+      std::string payload = rank == 0 ? "params@" + std::to_string(step) : "";
+      c.save(step, sampler_of(rank, step), payload.data(), payload.size());
+    }
+    auto got = c.load();
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->step, 30);
+    EXPECT_EQ(got->sampler, sampler_of(rank, 30));
+    EXPECT_EQ(std::string(got->payload.begin(), got->payload.end()), "params@30");
+  });
+  // the two newest are kept, LATEST names the newest
+  EXPECT_FALSE(fs::exists(dir + "/step-10"));
+  EXPECT_TRUE(fs::exists(dir + "/step-20/COMPLETE"));
+  EXPECT_TRUE(fs::exists(dir + "/step-30/rank-2.ckpt"));
+  std::ifstream latest(dir + "/LATEST");
+  std::string name;
+  latest >> name;
+  EXPECT_EQ(name, "step-30");
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  }
+}
+
+TEST(Checkpointer, EveryRankKeepsItsOwnPayload) {
+  std::string dir = fresh("every");
+  CheckpointOptions o;
+  o.scope = CheckpointScope::kEveryRank;
+  on_ranks(2, [&](std::shared_ptr<Communicator> comm, int rank) {
+    Checkpointer c(comm, dir, o);
+    std::string payload = "rank" + std::to_string(rank);
+    c.save(7, sampler_of(rank, 7), payload.data(), payload.size());
+    auto got = c.load();
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(std::string(got->payload.begin(), got->payload.end()), payload);
+  });
+}
+
+TEST(Checkpointer, IncompleteCheckpointIsNeverLoaded) {
+  std::string dir = fresh("incomplete");
+  on_ranks(2, [&](std::shared_ptr<Communicator> comm, int rank) {
+    Checkpointer c(comm, dir);
+    c.save(5, sampler_of(rank, 5), "p", 1);
+  });
+  // a later save that died after writing rank files but before COMPLETE/LATEST
+  fs::create_directories(dir + "/step-9");
+  std::ofstream(dir + "/step-9/rank-0.ckpt") << "partial";
+  on_ranks(2, [&](std::shared_ptr<Communicator> comm, int) {
+    Checkpointer c(comm, dir);
+    auto got = c.load();
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->step, 5);
+  });
+}
+
+TEST(Checkpointer, DamagedFileStopsEveryRankNamingIt) {
+  std::string dir = fresh("damaged");
+  on_ranks(3, [&](std::shared_ptr<Communicator> comm, int rank) {
+    Checkpointer c(comm, dir);
+    c.save(4, sampler_of(rank, 4), "payload", 7);
+  });
+  std::string victim = dir + "/step-4/rank-1.ckpt";
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(50);
+    f.put('#');
+  }
+  auto group = std::make_shared<testing::FakeGroup>(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Checkpointer c(group->communicator(r), dir);
+        c.load();
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(errors[1], HasSubstr("checkpoint " + victim + " is damaged: checksum mismatch"));
+  EXPECT_THAT(errors[0], HasSubstr("rank 1 could not load " + dir + "/step-4"));
+  EXPECT_THAT(errors[2], HasSubstr("rank 1 could not load"));
+}
+
+TEST(Checkpointer, AnotherWorldSizeIsRefused) {
+  std::string dir = fresh("world");
+  on_ranks(2, [&](std::shared_ptr<Communicator> comm, int rank) {
+    Checkpointer c(comm, dir);
+    c.save(3, sampler_of(rank, 3), "p", 1);
+  });
+  try {
+    Checkpointer c(std::make_shared<testing::FakeGroup>(1)->communicator(0), dir);
+    c.load();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("in a world of 2; expected step 3 of rank 0 in a world of 1"));
+  }
+}
+
+TEST(JobCheckpointDir, OnePerJobAndArrayTask) {
+  setenv("SLURM_JOB_ID", "77", 1);
+  unsetenv("SLURM_ARRAY_JOB_ID");
+  EXPECT_EQ(job_checkpoint_dir("/c"), "/c/job-77");
+  setenv("SLURM_ARRAY_JOB_ID", "70", 1);
+  setenv("SLURM_ARRAY_TASK_ID", "3", 1);
+  EXPECT_EQ(job_checkpoint_dir("/c"), "/c/job-70_3");
+  unsetenv("SLURM_ARRAY_JOB_ID");
+  unsetenv("SLURM_ARRAY_TASK_ID");
+  unsetenv("SLURM_JOB_ID");
+  EXPECT_EQ(job_checkpoint_dir("/c"), "/c/local");
+}
+
+}  // namespace
+}  // namespace slurmddp

@@ -1,0 +1,94 @@
+#include "slurmddp/stop.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "../grad_sync/fake_group.h"
+#include "slurmddp/error.h"
+
+namespace slurmddp {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<Communicator> solo() {
+  return std::make_shared<testing::FakeGroup>(1)->communicator(0);
+}
+
+std::string error_of(StopOptions o) {
+  try {
+    StopSignal s(solo(), o);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(StopSignal, BadOptionsNameTheValue) {
+  StopOptions o;
+  o.signals = {SIGTERM, SIGKILL};
+  EXPECT_THAT(error_of(o), HasSubstr("cannot catch SIGKILL"));
+  o.signals = {0};
+  EXPECT_THAT(error_of(o), HasSubstr("cannot catch signal 0"));
+  o = StopOptions{};
+  o.check_every = 0;
+  EXPECT_THAT(error_of(o), HasSubstr("check_every=0; expected at least 1"));
+}
+
+TEST(StopSignal, OneAtATime) {
+  {
+    StopSignal first(solo());
+    EXPECT_THROW(StopSignal second(solo()), InvalidArgument);
+  }
+  StopSignal again(solo());  // the first one is gone
+  EXPECT_EQ(again.local_signal(), 0);
+}
+
+void marker(int) {}
+
+TEST(StopSignal, CatchesTheSignalAndRestoresThePreviousHandler) {
+  struct sigaction mine {};
+  mine.sa_handler = marker;
+  sigemptyset(&mine.sa_mask);
+  struct sigaction saved {};
+  ASSERT_EQ(sigaction(SIGUSR1, &mine, &saved), 0);
+  {
+    StopSignal stop(solo());
+    EXPECT_EQ(stop.local_signal(), 0);
+    raise(SIGUSR1);  // the default action would end this test program
+    EXPECT_EQ(stop.local_signal(), SIGUSR1);
+    raise(SIGTERM);  // the first signal is kept
+    EXPECT_EQ(stop.local_signal(), SIGUSR1);
+    EXPECT_TRUE(stop.should_stop(0));
+    EXPECT_EQ(stop.agreed_signal(), SIGUSR1);
+  }
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGUSR1, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, marker);
+  sigaction(SIGUSR1, &saved, nullptr);
+}
+
+TEST(StopSignal, ChecksOnlyAtMultiplesOfCheckEvery) {
+  auto group = std::make_shared<testing::FakeGroup>(1);
+  StopOptions o;
+  o.check_every = 3;
+  StopSignal stop(group->communicator(0), o);
+  for (int64_t step = 0; step < 7; ++step) EXPECT_FALSE(stop.should_stop(step));
+  auto calls = group->calls(0);
+  ASSERT_EQ(calls.size(), 3u);  // steps 0, 3, 6
+  for (const auto& c : calls) {
+    EXPECT_EQ(c.kind, "allreduce");
+    EXPECT_EQ(c.count, 1u);
+    EXPECT_EQ(c.type, DataType::kInt64);
+    EXPECT_EQ(c.op, ReduceOp::kMax);
+  }
+  stop.request(SIGHUP);
+  EXPECT_FALSE(stop.should_stop(7));
+  EXPECT_TRUE(stop.should_stop(9));
+  EXPECT_EQ(stop.agreed_signal(), SIGHUP);
+  EXPECT_EQ(signal_name(SIGHUP), "SIGHUP");
+}
+
+}  // namespace
+}  // namespace slurmddp
