@@ -16,6 +16,14 @@
 // Rank 0 reports loss, test accuracy and samples/s per epoch; every rank prints
 // a checksum of its final parameters (identical on all ranks).
 //
+// Preemption (--checkpoint-dir=DIR): on SIGTERM, SIGUSR1, SIGUSR2 or SIGHUP on
+// any rank, every rank stops after the same step (slurmddp::StopSignal),
+// writes a checkpoint (parameters, momentum, each rank's sampler position) to
+// DIR/job-<id>, and with --on-stop=requeue rank 0 asks Slurm to requeue the
+// job; the program then exits with 75 (EX_TEMPFAIL: "try again"). A run that
+// finds a checkpoint of its job resumes from it and ends bit-identical to a
+// run that was never interrupted.
+//
 // Equivalence: R ranks with --batch-size=b take, at each step, exactly the R*b
 // samples one process with --batch-size=R*b takes (the sampler's strided
 // shards), and averaged gradients equal the gradient of the mean over the
@@ -33,10 +41,13 @@
 #include "device.h"
 #include "idx.h"
 #include "mlp.h"
+#include "slurmddp/checkpoint.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/process_group.h"
+#include "slurmddp/requeue.h"
 #include "slurmddp/sampler.h"
+#include "slurmddp/stop.h"
 #include "stats.h"
 #include "train_config.h"
 
@@ -57,7 +68,15 @@ struct Options {
   int64_t steps = -1;  // stop after this many optimizer steps (all epochs); -1: no limit
   std::string dump_params;
   train::DeviceOption device = train::DeviceOption::kAuto;
+  std::string checkpoint_dir;    // base directory; empty: no checkpoints, no stop handling
+  int64_t checkpoint_every = 0;  // also checkpoint every N steps; 0: only when stopping
+  int64_t stop_check_every = 1;  // StopOptions::check_every
+  bool requeue = false;          // --on-stop=requeue
+  int64_t log_every = 0;         // rank 0 prints "step N" every N steps; 0: never
 };
+
+// The exit status of a run that stopped early after writing its checkpoint.
+constexpr int kStoppedForRequeue = 75;  // EX_TEMPFAIL
 
 [[noreturn]] void usage_error(const std::string& arg, const std::string& expected) {
   throw slurmddp::InvalidArgument("train: invalid option '" + arg + "': expected " + expected +
@@ -88,11 +107,15 @@ Options parse(int argc, char** argv) {
       std::printf(
           "usage: train [--data=DIR] [--epochs=N] [--batch-size=N (per rank)] [--lr=F]\n"
           "             [--momentum=F] [--hidden=N] [--seed=N] [--steps=N] [--dump-params=FILE]\n"
-          "             [--device=auto|cpu|cuda]\n"
+          "             [--device=auto|cpu|cuda] [--checkpoint-dir=DIR] [--checkpoint-every=N]\n"
+          "             [--on-stop=exit|requeue] [--stop-check-every=N] [--log-every=N]\n"
           "--device: where the model trains (default auto). auto: on the GPU of the\n"
           "  communicator when slurmddp::init() made one on a GPU (NCCL), else on the CPU;\n"
           "  cpu: on the CPU, with Gloo (overrides SLURMDDP_BACKEND); cuda: on the GPU,\n"
-          "  failing unless the communicator is NCCL on a GPU.\n");
+          "  failing unless the communicator is NCCL on a GPU.\n"
+          "--checkpoint-dir: resume from DIR/job-<id> if it holds a checkpoint; on SIGTERM,\n"
+          "  SIGUSR1, SIGUSR2 or SIGHUP all ranks stop after the same step, checkpoint and exit\n"
+          "  75; --on-stop=requeue also asks Slurm to requeue the job (scontrol requeue).\n");
       std::exit(0);
     }
     auto eq = a.find('=');
@@ -118,10 +141,23 @@ Options parse(int argc, char** argv) {
       o.dump_params = v;
     } else if (k == "--device") {
       if (!train::parse_device_option(v, &o.device)) usage_error(a, "one of auto, cpu, cuda");
+    } else if (k == "--checkpoint-dir") {
+      if (v.empty()) usage_error(a, "a directory");
+      o.checkpoint_dir = v;
+    } else if (k == "--checkpoint-every") {
+      o.checkpoint_every = int_value(a, v, 0);
+    } else if (k == "--stop-check-every") {
+      o.stop_check_every = int_value(a, v, 1);
+    } else if (k == "--on-stop") {
+      if (v != "exit" && v != "requeue") usage_error(a, "exit or requeue");
+      o.requeue = v == "requeue";
+    } else if (k == "--log-every") {
+      o.log_every = int_value(a, v, 0);
     } else {
       usage_error(a,
                   "one of --data, --epochs, --batch-size, --lr, --momentum, --hidden, --seed, "
-                  "--steps, --dump-params, --device");
+                  "--steps, --dump-params, --device, --checkpoint-dir, --checkpoint-every, "
+                  "--on-stop, --stop-check-every, --log-every");
     }
   }
   return o;
@@ -160,10 +196,10 @@ std::vector<slurmddp::GradParameter> registration(const std::vector<train::Param
 // Trains and reports, the same on both devices: Model is train::Mlp (host
 // memory) or train::MlpCuda (one GPU), whose interfaces match.
 template <typename Model>
-void train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train::Dataset& train_set,
-                      const train::Dataset& test_set, Model& model,
-                      const std::vector<slurmddp::GradParameter>& registered,
-                      const slurmddp::GradSyncOptions& sync_options) {
+int train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train::Dataset& train_set,
+                     const train::Dataset& test_set, Model& model,
+                     const std::vector<slurmddp::GradParameter>& registered,
+                     const slurmddp::GradSyncOptions& sync_options) {
   const auto& id = pg.identity();
   auto& comm = *pg.comm();
   const auto timeout = pg.timeout();
@@ -183,8 +219,39 @@ void train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train:
   std::vector<int32_t> y;
   std::vector<int64_t> idx;
   int64_t step = 0;
-  for (int64_t epoch = 0; epoch < o.epochs && (o.steps < 0 || step < o.steps); ++epoch) {
-    batches.set_epoch(epoch);
+  int64_t first_epoch = 0;
+  bool resumed = false;
+  std::unique_ptr<slurmddp::Checkpointer> ckpt;
+  std::unique_ptr<slurmddp::StopSignal> stop;
+  if (!o.checkpoint_dir.empty()) {
+    ckpt = std::make_unique<slurmddp::Checkpointer>(pg.comm(),
+                                                    slurmddp::job_checkpoint_dir(o.checkpoint_dir));
+    if (auto c = ckpt->load()) {
+      std::vector<float> state(c->payload.size() / sizeof(float));
+      std::memcpy(state.data(), c->payload.data(), state.size() * sizeof(float));
+      model.load_state(state);
+      batches.load_state(slurmddp::SamplerState::parse(c->sampler));
+      step = c->step;
+      first_epoch = batches.sampler().epoch();
+      resumed = true;
+      const char* restarts = std::getenv("SLURMDDP_RESTART_COUNT");
+      if (id.rank == 0) {
+        std::printf("resumed from %s at step %lld (epoch %lld), restart count %s\n",
+                    ckpt->dir().c_str(), static_cast<long long>(step),
+                    static_cast<long long>(first_epoch) + 1, restarts != nullptr ? restarts : "?");
+        std::fflush(stdout);
+      }
+    }
+    slurmddp::StopOptions so;
+    so.check_every = o.stop_check_every;
+    stop = std::make_unique<slurmddp::StopSignal>(pg.comm(), so);
+  }
+  auto save = [&] {
+    std::vector<float> state = model.state();
+    ckpt->save(step, batches.state().to_string(), state.data(), state.size() * sizeof(float));
+  };
+  for (int64_t epoch = first_epoch; epoch < o.epochs && (o.steps < 0 || step < o.steps); ++epoch) {
+    if (!resumed || epoch != first_epoch) batches.set_epoch(epoch);  // else: mid-epoch
     auto start = std::chrono::steady_clock::now();
     double stats[2] = {0.0, 0.0};  // summed loss, samples
     while ((o.steps < 0 || step < o.steps) && batches.next(&idx)) {
@@ -195,6 +262,20 @@ void train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train:
       model.sgd_step(static_cast<float>(o.lr), static_cast<float>(o.momentum));
       stats[1] += static_cast<double>(idx.size());
       ++step;
+      if (o.log_every > 0 && step % o.log_every == 0 && id.rank == 0) {
+        std::printf("step %lld\n", static_cast<long long>(step));
+        std::fflush(stdout);
+      }
+      if (stop && stop->should_stop(step)) {
+        save();
+        std::printf("rank %d: stopped after step %lld on %s, checkpoint in %s\n", id.rank,
+                    static_cast<long long>(step),
+                    slurmddp::signal_name(stop->agreed_signal()).c_str(), ckpt->dir().c_str());
+        std::fflush(stdout);
+        if (o.requeue && id.rank == 0) slurmddp::requeue_job();
+        return kStoppedForRequeue;
+      }
+      if (ckpt && o.checkpoint_every > 0 && step % o.checkpoint_every == 0) save();
     }
     stats[0] = model.take_loss_sum();  // on the GPU: waits for the epoch's last step
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -225,6 +306,7 @@ void train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train:
             static_cast<std::streamsize>(params.size() * sizeof(float)));
     if (!f) throw slurmddp::Error("train: failed to write --dump-params=" + o.dump_params);
   }
+  return 0;
 }
 
 int run(const Options& o) {
@@ -251,21 +333,21 @@ int run(const Options& o) {
     train::MlpCuda model(train_set.features, o.hidden, 10, seed, device.ordinal, id.rank);
     slurmddp::GradSyncOptions so;
     so.cuda_stream = model.stream();  // where backward queues the gradients
-    train_and_report(
+    int rc = train_and_report(
         o, *pg, train_set, test_set, model,
         registration(model.tensors, model.params(), model.grads(), slurmddp::DeviceKind::kCuda),
         so);
     pg->shutdown();
-    return 0;
+    return rc;
   }
 #endif
   train::Mlp model(train_set.features, o.hidden, 10, seed);
-  train_and_report(o, *pg, train_set, test_set, model,
-                   registration(model.tensors, model.params.data(), model.grads.data(),
-                                slurmddp::DeviceKind::kHost),
-                   {});
+  int rc = train_and_report(o, *pg, train_set, test_set, model,
+                            registration(model.tensors, model.params.data(), model.grads.data(),
+                                         slurmddp::DeviceKind::kHost),
+                            {});
   pg->shutdown();
-  return 0;
+  return rc;
 }
 
 }  // namespace

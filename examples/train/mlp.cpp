@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace train {
 
@@ -163,6 +165,25 @@ void Mlp::sgd_step(float lr, float momentum) {
     velocity_[i] = momentum * velocity_[i] + grads[i];
     params[i] -= lr * velocity_[i];
   }
+}
+
+std::vector<float> Mlp::state() const {
+  std::vector<float> out(params);
+  out.insert(out.end(), velocity_.begin(), velocity_.end());
+  return out;
+}
+
+void Mlp::load_state(const std::vector<float>& state) {
+  if (state.size() != params.size() + velocity_.size()) {
+    throw std::invalid_argument("train: a checkpoint of " + std::to_string(state.size()) +
+                                " values does not fit this model (" +
+                                std::to_string(params.size() + velocity_.size()) +
+                                "); was it written with another --hidden?");
+  }
+  std::copy(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(params.size()),
+            params.begin());
+  std::copy(state.begin() + static_cast<std::ptrdiff_t>(params.size()), state.end(),
+            velocity_.begin());
 }
 
 uint64_t Mlp::checksum() const {

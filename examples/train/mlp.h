@@ -49,6 +49,11 @@ class Mlp {
   uint64_t checksum() const;
   const std::vector<float>& host_params() const { return params; }
 
+  // The training state for a checkpoint: the parameters, then the momentum
+  // buffers. load_state() takes what state() gave (same sizes, or it throws).
+  std::vector<float> state() const;
+  void load_state(const std::vector<float>& state);
+
  private:
   void forward(const float* x, int64_t batch);
   int64_t in_, hidden_, classes_;

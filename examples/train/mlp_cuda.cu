@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <stdexcept>
 #include <string>
 
 #include "cuda_check.h"
@@ -349,6 +350,35 @@ std::vector<float> MlpCuda::host_params() {
              "copy the parameters to the host", where);
   check_cuda(cudaStreamSynchronize(stream_), "wait for the parameters", where);
   return out;
+}
+
+std::vector<float> MlpCuda::state() {
+  const CudaWhere where{device_, rank_};
+  std::vector<float> out(2 * size_);
+  check_cuda(cudaMemcpyAsync(out.data(), params_.get(), size_ * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_),
+             "copy the parameters to the host", where);
+  check_cuda(cudaMemcpyAsync(out.data() + size_, velocity_.get(), size_ * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_),
+             "copy the momentum buffers to the host", where);
+  check_cuda(cudaStreamSynchronize(stream_), "wait for the training state", where);
+  return out;
+}
+
+void MlpCuda::load_state(const std::vector<float>& state) {
+  const CudaWhere where{device_, rank_};
+  if (state.size() != 2 * size_) {
+    throw std::invalid_argument("train: a checkpoint of " + std::to_string(state.size()) +
+                                " values does not fit this model (" + std::to_string(2 * size_) +
+                                "); was it written with another --hidden?");
+  }
+  check_cuda(cudaMemcpyAsync(params_.get(), state.data(), size_ * sizeof(float),
+                             cudaMemcpyHostToDevice, stream_),
+             "copy the parameters to the GPU", where);
+  check_cuda(cudaMemcpyAsync(velocity_.get(), state.data() + size_, size_ * sizeof(float),
+                             cudaMemcpyHostToDevice, stream_),
+             "copy the momentum buffers to the GPU", where);
+  check_cuda(cudaStreamSynchronize(stream_), "wait for the training state", where);
 }
 
 uint64_t MlpCuda::checksum() {

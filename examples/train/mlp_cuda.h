@@ -67,6 +67,10 @@ class MlpCuda {
   // The parameters copied to the host (waits for the GPU).
   std::vector<float> host_params();
 
+  // Mlp::state() and load_state() through the host (wait for the GPU).
+  std::vector<float> state();
+  void load_state(const std::vector<float>& state);
+
   // Mlp::checksum's definition (train::checksum) over host_params().
   uint64_t checksum();
 

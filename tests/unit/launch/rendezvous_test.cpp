@@ -541,6 +541,12 @@ TEST(TaskEnv, AnnouncesTheTokenAndTheExportedMaster) {
   EXPECT_EQ(env["SLURMDDP_AUTH"], "hmac");
   EXPECT_EQ(env["SLURMDDP_MASTER"], "10.77.0.11:" + std::to_string(p.port.port));
   EXPECT_EQ(env.count("SLURMDDP_VERBOSE"), 0u);
+  EXPECT_EQ(env["SLURMDDP_RESTART_COUNT"], "0");
+  f.restart_count = 2;  // the job's third run
+  p = plan_step(Settings{}, f, net.view());
+  env = as_map(task_environment(p, TaskFacts{}, net.view()));
+  EXPECT_EQ(env["SLURMDDP_RESTART_COUNT"], "2");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "2");
   f.has_token = false;
   Settings verbose;
   verbose.verbose = true;
