@@ -15,8 +15,11 @@ Trains a small MLP on Fashion-MNIST (Debian package dataset-fashion-mnist).
 """
 import argparse
 import gzip
+import hashlib
 import os
+import signal
 import struct
+import sys
 import time
 
 import torch
@@ -50,13 +53,43 @@ def load(data_dir, split):
     return TensorDataset(x, y)
 
 
+# Preemption (--checkpoint PATH): Slurm's signals only set a flag; after every
+# step all ranks all-reduce it, so they stop after the same step, rank 0 saves
+# the model, the optimizer and the position (epoch, batch) with torch.save
+# (temporary file + rename: never a partial checkpoint) and every rank exits
+# with 75. A requeued run finds the file and continues from that position.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+EXIT_STOPPED = 75
+stop_requested = 0
+
+
+def on_stop_signal(signum, frame):
+    global stop_requested
+    stop_requested = signum
+
+
+def save_checkpoint(path, model, opt, epoch, batch, step):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(),
+                "epoch": epoch, "batch": batch}, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.environ.get("FASHION_MNIST_DIR", DEFAULT_DATA))
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--checkpoint", help="resume from and stop into this file (a shared path)")
+    ap.add_argument("--log-every", type=int, default=0, help="rank 0 prints 'step N' every N steps")
+    ap.add_argument("--steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
     args = ap.parse_args()
+    if args.checkpoint:
+        for s in STOP_SIGNALS:
+            signal.signal(s, on_stop_signal)
 
     torch.set_num_threads(1)
     use_cuda = torch.cuda.is_available()
@@ -79,14 +112,30 @@ def main():
     model = DDP(model, device_ids=[device.index] if use_cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
+    first_epoch, skip, step = 0, 0, 0
+    restarts = os.environ.get("SLURMDDP_RESTART_COUNT", os.environ.get("SLURM_RESTART_COUNT", "0"))
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        state = torch.load(args.checkpoint, map_location=device)
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        first_epoch, skip, step = state["epoch"], state["batch"], state["step"]
+        if rank == 0:
+            print(f"resumed from {args.checkpoint} at epoch {first_epoch + 1} batch {skip}, "
+                  f"restart count {restarts}", flush=True)
+
     train, test = load(args.data, "train"), load(args.data, "test")
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
-    for epoch in range(args.epochs):
+    flag = torch.zeros(1, device=device)
+    for epoch in range(first_epoch, args.epochs):
         sampler.set_epoch(epoch)
         model.train()
         start, seen, loss_sum = time.time(), 0, 0.0
-        for x, y in loader:
+        for batch, (x, y) in enumerate(loader):
+            if args.steps and step >= args.steps:
+                break
+            if epoch == first_epoch and batch < skip:
+                continue  # the same order as before the stop: set_epoch() is deterministic
             x, y = x.to(device), y.to(device)
             opt.zero_grad()
             loss = F.cross_entropy(model(x), y)
@@ -94,6 +143,20 @@ def main():
             opt.step()
             seen += len(y)
             loss_sum += loss.item() * len(y)
+            step += 1
+            if args.log_every and step % args.log_every == 0 and rank == 0:
+                print(f"step {step}", flush=True)
+            if args.checkpoint:
+                flag.fill_(float(stop_requested))
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                if flag.item() != 0:
+                    if rank == 0:
+                        save_checkpoint(args.checkpoint, model, opt, epoch, batch + 1, step)
+                    dist.barrier()
+                    print(f"rank {rank}: stopped at epoch {epoch + 1} batch {batch + 1} on "
+                          f"{signal.Signals(int(flag.item())).name}", flush=True)
+                    dist.destroy_process_group()
+                    sys.exit(EXIT_STOPPED)
         stats = torch.tensor([loss_sum, float(seen)], device=device)
         dist.all_reduce(stats)
         model.eval()
@@ -101,9 +164,13 @@ def main():
             correct = (model.module(test.tensors[0].to(device)).argmax(1) == test.tensors[1].to(device)).sum()
         if rank == 0:
             elapsed = time.time() - start
-            print(f"epoch {epoch + 1}: loss {stats[0].item() / stats[1].item():.4f} "
+            print(f"epoch {epoch + 1}: loss {stats[0].item() / max(stats[1].item(), 1.0):.4f} "
                   f"test accuracy {100.0 * correct.item() / len(test):.2f}% "
-                  f"{stats[1].item() / elapsed:.0f} samples/s", flush=True)
+                  f"{stats[1].item() / max(elapsed, 1e-9):.0f} samples/s", flush=True)
+    digest = hashlib.sha256()
+    for p in model.module.parameters():
+        digest.update(p.detach().cpu().numpy().tobytes())
+    print(f"rank {rank}: parameter sha256 {digest.hexdigest()[:16]}", flush=True)
     dist.destroy_process_group()
 
 

@@ -1,0 +1,254 @@
+// Preemption and requeue on the real test cluster: examples/jobs/preemptible.sbatch
+// with the example training program, interrupted by a signal mid-epoch (scancel
+// --signal, and the job's time limit), checkpointing, requeued by rank 0 and
+// resumed, ends bit-identical to an uninterrupted run; a damaged checkpoint is
+// a clear error; a rank killed instead of stopped leaves the last complete
+// checkpoint intact.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "cluster.h"
+
+namespace slurmddp::systest {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A short but real training: 2 epochs of 938 steps on 4 ranks (2 nodes x 2).
+const char* const kArgs = " --epochs=2 --batch-size=16 --hidden=32 --log-every=50";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::set<std::string> checksums(const std::string& out) {
+  std::set<std::string> sums;
+  std::regex re("rank [0-9]+: [0-9]+ steps, parameter checksum ([0-9a-f]+)");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    sums.insert((*it)[1]);
+  }
+  return sums;
+}
+
+// A job directory with ./train (the example program) for the sbatch script.
+std::string job_dir(const std::string& name) {
+  std::string dir = fresh_dir(name);
+  fs::create_symlink(env_or_empty("SLURMDDP_TRAIN"), dir + "/train");
+  return dir;
+}
+
+std::string script() {
+  return source_dir() + "/examples/jobs/preemptible.sbatch";
+}
+
+// Submits the script; returns the job id.
+std::string submit(const std::string& dir, const std::string& sbatch_args,
+                   const std::string& train_args) {
+  Result r = run("sbatch --parsable -o out.txt " + sbatch_args + " " + script() + train_args,
+                 std::chrono::seconds(30), dir);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  std::string id = r.out.substr(0, r.out.find_first_of(";\n"));
+  return id;
+}
+
+// Slurm's state of a job ("" once it is gone), polled from scontrol.
+std::string job_state(const std::string& id) {
+  Result r = run("scontrol -o show job " + id + " 2>/dev/null", std::chrono::seconds(30));
+  std::smatch m;
+  std::regex re("JobState=([A-Z_]+)");
+  return std::regex_search(r.out, m, re) ? m[1].str() : "";
+}
+
+// Polls (Slurm's state, not a sleep standing in for synchronization) until
+// `done` holds or `limit` passes.
+template <typename F>
+bool poll_until(std::chrono::seconds limit, F done) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return done();
+}
+
+bool finished(const std::string& id) {
+  std::string s = job_state(id);
+  return s == "COMPLETED" || s == "FAILED" || s == "CANCELLED" || s == "TIMEOUT" ||
+         s == "NODE_FAIL" || s == "OUT_OF_MEMORY";
+}
+
+// The checksum of the uninterrupted run, computed once for the suite.
+const std::string& reference() {
+  static const std::string sum = [] {
+    std::string dir = job_dir("resume-reference");
+    std::string id = submit(dir, "", kArgs);
+    EXPECT_TRUE(poll_until(std::chrono::seconds(300), [&] { return finished(id); }));
+    std::string out = slurp(dir + "/out.txt");
+    EXPECT_EQ(job_state(id), "COMPLETED") << out;
+    auto sums = checksums(out);
+    EXPECT_EQ(sums.size(), 1u) << out;
+    EXPECT_THAT(out, HasSubstr("run 0 of job " + id));
+    EXPECT_THAT(out, Not(HasSubstr("resumed")));
+    return sums.empty() ? std::string("(none)") : *sums.begin();
+  }();
+  return sum;
+}
+
+// The run after a stop: resumed at restart count 1, finished with the
+// reference checksum on every rank.
+void expect_exact_resume(const std::string& id, const std::string& out, const char* signal) {
+  EXPECT_EQ(job_state(id), "COMPLETED") << out;
+  EXPECT_THAT(out, HasSubstr("run 0 of job " + id));
+  EXPECT_THAT(out, HasSubstr("run 1 of job " + id));
+  std::smatch m;
+  std::regex stopped("rank 0: stopped after step ([0-9]+) on " + std::string(signal));
+  ASSERT_TRUE(std::regex_search(out, m, stopped)) << out;
+  const std::string step = m[1].str();
+  EXPECT_LT(std::stoi(step), 1876) << "stopped before the end";
+  EXPECT_THAT(out, HasSubstr("resumed from checkpoints/job-" + id + " at step " + step));
+  EXPECT_THAT(out, HasSubstr("restart count 1"));
+  EXPECT_EQ(checksums(out), std::set<std::string>{reference()}) << out;
+}
+
+TEST(ResumeSystem, ScancelSignalMidEpochRequeuesAndResumesBitIdentical) {
+  REQUIRE_CLUSTER();
+  const std::string ref = reference();
+  std::string dir = job_dir("resume-scancel");
+  std::string id = submit(dir, "", kArgs);
+  // Once training is under way (rank 0 printed step 100), signal every task.
+  ASSERT_TRUE(poll_until(std::chrono::seconds(120), [&] {
+    return slurp(dir + "/out.txt").find("step 100\n") != std::string::npos;
+  })) << slurp(dir + "/out.txt");
+  Result sig = run("scancel --signal=USR1 " + id);
+  ASSERT_EQ(sig.rc, 0) << sig.err;
+  ASSERT_TRUE(poll_until(std::chrono::seconds(300), [&] {
+    return finished(id) && slurp(dir + "/out.txt").find("run 1 of job") != std::string::npos;
+  })) << slurp(dir + "/out.txt");
+  expect_exact_resume(id, slurp(dir + "/out.txt"), "SIGUSR1");
+}
+
+// Runs `body` (bash) in one allocation of 2 nodes x 2 tasks, so that its steps
+// share one job id and so one checkpoint directory.
+Result in_one_job(const std::string& dir, const std::string& body) {
+  std::ofstream(dir + "/steps.sh") << "#!/bin/bash\n" << body;
+  return run("salloc -N 2 --ntasks-per-node=2 bash steps.sh", std::chrono::seconds(600), dir);
+}
+
+std::string train_line(const std::string& extra) {
+  return "srun ./train" + std::string(kArgs) + " --checkpoint-dir=checkpoints" + extra;
+}
+
+TEST(ResumeSystem, DamagedCheckpointIsAClearErrorNeverAFreshStart) {
+  REQUIRE_CLUSTER();
+  std::string dir = job_dir("resume-damaged");
+  const std::string ck = "checkpoints/job-$SLURM_JOB_ID/step-200/rank-1.ckpt";
+  Result r = in_one_job(
+      dir, train_line(" --checkpoint-every=100 --steps=250") + " > first.out 2>&1\n" +
+               "echo \"first=$?\"; echo \"ckpt=" + ck + "\"\n" +
+               // one flipped byte
+               "printf '\\x7f' | dd of=" + ck + " bs=1 seek=100 conv=notrunc 2>/dev/null\n" +
+               train_line(" --steps=300") + " > flipped.out 2>&1\necho \"flipped=$?\"\n" +
+               // cut in half
+               "truncate -s /2 " + ck + "\n" + train_line(" --steps=300") +
+               " > truncated.out 2>&1\necho \"truncated=$?\"\n");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("first=0"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("flipped=[1-9]"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("truncated=[1-9]"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("ckpt=(\\S+)"))) << r.out;
+  const std::string victim = m[1].str();
+  std::string flipped = slurp(dir + "/flipped.out");
+  EXPECT_THAT(flipped, HasSubstr("checkpoint " + victim + " is damaged: checksum mismatch"));
+  EXPECT_THAT(flipped, HasSubstr("rank 1 could not load"));
+  EXPECT_THAT(flipped, Not(HasSubstr("steps, parameter checksum")));
+  EXPECT_THAT(flipped, Not(HasSubstr("resumed")));
+  std::string truncated = slurp(dir + "/truncated.out");
+  EXPECT_THAT(truncated, HasSubstr("checkpoint " + victim + " is damaged"));
+  EXPECT_THAT(truncated, Not(HasSubstr("steps, parameter checksum")));
+}
+
+TEST(ResumeSystem, AKilledRankFailsTheJobAndLeavesTheLastCheckpointIntact) {
+  REQUIRE_CLUSTER();
+  const std::string ref = reference();
+  std::string dir = job_dir("resume-killed");
+  // Once step 300 is logged, the newest training process (one rank) is
+  // SIGKILLed: no stop, no checkpoint of its own; the step fails.
+  Result r =
+      in_one_job(dir,
+                 "(while ! grep -q '^step 300$' killed.out 2>/dev/null; do sleep 0.05; done; "
+                 "pkill -KILL -n -f '^[.]/train --epochs') &\n" +
+                     train_line(" --checkpoint-every=200") + " > killed.out 2>&1\n" +
+                     "echo \"killed=$?\"\nwait\n" + train_line(" --checkpoint-every=200") +
+                     " > again.out 2>&1\necho \"again=$?\"\n");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  std::string killed = slurp(dir + "/killed.out");
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("killed=[1-9]"));
+  EXPECT_THAT(killed, Not(HasSubstr("steps, parameter checksum")));
+  EXPECT_THAT(r.out, HasSubstr("again=0"));
+  std::string again = slurp(dir + "/again.out");
+  EXPECT_THAT(again,
+              ::testing::ContainsRegex("resumed from checkpoints/job-[0-9]+ at step [24]00 "));
+  EXPECT_EQ(checksums(again), std::set<std::string>{ref}) << again;
+}
+
+std::set<std::string> torch_digests(const std::string& out) {
+  std::set<std::string> sums;
+  std::regex re("rank [0-9]+: parameter sha256 ([0-9a-f]+)");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    sums.insert((*it)[1]);
+  }
+  return sums;
+}
+
+// examples/pytorch/train.py (Debian's torch): stopped by a signal to its step,
+// it saves its own torch.save checkpoint; the next run resumes from it, reads
+// the restart count from the environment, and ends where an uninterrupted run
+// ends.
+TEST(ResumeSystem, PytorchExampleResumesFromItsOwnCheckpoint) {
+  REQUIRE_CLUSTER();
+  std::string dir = fresh_dir("resume-torch");
+  const std::string py = "srun /usr/bin/python3 '" + source_dir() +
+                         "/examples/pytorch/train.py' --epochs 1 --batch-size 32 --steps 150 "
+                         "--log-every 25";
+  Result r = in_one_job(
+      dir, py + " > reference.out 2>&1\necho \"reference=$?\"\n" + py +
+               " --checkpoint ck.pt > first.out 2>&1 &\npid=$!\n"
+               "while ! grep -q '^step 50$' first.out; do sleep 0.05; done\n"
+               "scancel --signal=USR1 \"$SLURM_JOB_ID.1\"\nwait $pid\necho \"first=$?\"\n" +
+               py + " --checkpoint ck.pt > second.out 2>&1\necho \"second=$?\"\n");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("reference=0"));
+  EXPECT_THAT(r.out, HasSubstr("first=75"));
+  EXPECT_THAT(r.out, HasSubstr("second=0"));
+  std::string first = slurp(dir + "/first.out");
+  EXPECT_THAT(first,
+              ::testing::ContainsRegex("rank 3: stopped at epoch 1 batch [0-9]+ on SIGUSR1"));
+  EXPECT_TRUE(torch_digests(first).empty()) << first;
+  std::string second = slurp(dir + "/second.out");
+  EXPECT_THAT(second, ::testing::ContainsRegex("resumed from ck.pt at epoch 1 batch [0-9]+, "
+                                               "restart count 0"));
+  auto want = torch_digests(slurp(dir + "/reference.out"));
+  ASSERT_EQ(want.size(), 1u) << slurp(dir + "/reference.out");
+  EXPECT_EQ(torch_digests(second), want) << second;
+}
+
+}  // namespace
+}  // namespace slurmddp::systest
+
+int main(int argc, char** argv) {
+  return slurmddp::systest::system_test_main(argc, argv);
+}
