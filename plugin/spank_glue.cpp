@@ -16,6 +16,7 @@
 //     would drain nodes.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -162,7 +163,13 @@ void plan_remote(spank_t sp) {
   auto token = remote_getenv(sp, plugin::kEnvToken);
   g.have_token = token && !token->empty();
   f.has_token = g.have_token;
+  // Slurm 22.05 gives the count to the batch step only (0 in srun steps); the
+  // steps of a requeued batch job inherit SLURM_RESTART_COUNT from its script.
   f.restart_count = item_u32(sp, S_SLURM_RESTART_COUNT, "the job's restart count");
+  if (auto v = remote_getenv(sp, "SLURM_RESTART_COUNT")) {
+    f.restart_count = std::max(f.restart_count, static_cast<uint32_t>(launch::parse_uint(
+                                                    "SLURM_RESTART_COUNT", *v, 0, 0xffffffffu)));
+  }
   launch::apply_het_step(f, env, *nodelist);  // Note [Heterogeneous steps]
   if (!s.addr && f.rank0_node.empty() && !launch::rank0_on_first_node(f.distribution)) {
     rank0_from_hostfile(f, remote_getenv(sp, "SLURM_HOSTFILE"));

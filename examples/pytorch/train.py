@@ -71,7 +71,7 @@ def on_stop_signal(signum, frame):
 def save_checkpoint(path, model, opt, epoch, batch, step):
     tmp = f"{path}.tmp.{os.getpid()}"
     torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(),
-                "epoch": epoch, "batch": batch}, tmp)
+                "epoch": epoch, "batch": batch, "step": step}, tmp)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -153,6 +153,8 @@ def main():
                     if rank == 0:
                         save_checkpoint(args.checkpoint, model, opt, epoch, batch + 1, step)
                     dist.barrier()
+                    for s in STOP_SIGNALS:  # on the way out: a second signal must not kill
+                        signal.signal(s, signal.SIG_IGN)
                     print(f"rank {rank}: stopped at epoch {epoch + 1} batch {batch + 1} on "
                           f"{signal.Signals(int(flag.item())).name}", flush=True)
                     dist.destroy_process_group()

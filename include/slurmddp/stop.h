@@ -24,6 +24,10 @@
 //   the same step. Between checks it returns false without communicating. A
 //   dead or stuck rank makes the check fail like any collective, within the
 //   communicator's timeout, naming the rank.
+//   Once a stop was agreed, the destructor ignores the signals instead of
+//   restoring the previous handlers: the process is on its way out with its
+//   checkpoint written, and the SIGTERM that Slurm sends the other tasks when
+//   one exits early (KillOnBadExit) must not turn its exit status into 143.
 #pragma once
 
 #include <csignal>
@@ -54,7 +58,8 @@ class StopSignal {
   // process at a time: a second throws InvalidArgument. `comm` is the
   // communicator the ranks train on (host or CUDA).
   explicit StopSignal(std::shared_ptr<Communicator> comm, StopOptions options = {});
-  // Restores the handlers that were installed before.
+  // Restores the handlers that were installed before (or ignores the signals
+  // once a stop was agreed, see the Note).
   ~StopSignal();
   StopSignal(const StopSignal&) = delete;
   StopSignal& operator=(const StopSignal&) = delete;

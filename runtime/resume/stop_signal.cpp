@@ -88,7 +88,11 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
 
   ~Impl() {
     std::lock_guard<std::mutex> lock(g_owner_mutex);
-    restore();
+    if (agreed_ != 0) {
+      ignore();  // Note [Stop requests]: on the way out, a second signal must not kill
+    } else {
+      restore();
+    }
     g_owned = false;
   }
 
@@ -108,6 +112,17 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
   int agreed() const { return agreed_; }
 
  private:
+  void ignore() {
+    for (size_t i = 0; i < g_installed.size(); ++i) {
+      if (!g_installed[i].load()) continue;
+      struct sigaction act {};
+      act.sa_handler = SIG_IGN;
+      sigemptyset(&act.sa_mask);
+      sigaction(static_cast<int>(i), &act, nullptr);
+      g_installed[i].store(false);
+    }
+  }
+
   void restore() {
     for (size_t i = 0; i < g_installed.size(); ++i) {
       if (!g_installed[i].load()) continue;

@@ -47,7 +47,7 @@ TEST(StopSignal, OneAtATime) {
 
 void marker(int) {}
 
-TEST(StopSignal, CatchesTheSignalAndRestoresThePreviousHandler) {
+TEST(StopSignal, CatchesTheSignalThenIgnoresOrRestores) {
   struct sigaction mine {};
   mine.sa_handler = marker;
   sigemptyset(&mine.sa_mask);
@@ -63,7 +63,13 @@ TEST(StopSignal, CatchesTheSignalAndRestoresThePreviousHandler) {
     EXPECT_TRUE(stop.should_stop(0));
     EXPECT_EQ(stop.agreed_signal(), SIGUSR1);
   }
+  // A stop was agreed: on the way out, further signals are ignored.
   struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGUSR1, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+  // Without a stop, the previous handler comes back.
+  ASSERT_EQ(sigaction(SIGUSR1, &mine, nullptr), 0);
+  { StopSignal unused(solo()); }
   ASSERT_EQ(sigaction(SIGUSR1, nullptr, &now), 0);
   EXPECT_EQ(now.sa_handler, marker);
   sigaction(SIGUSR1, &saved, nullptr);
