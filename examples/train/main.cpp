@@ -196,8 +196,8 @@ std::vector<slurmddp::GradParameter> registration(const std::vector<train::Param
 // Trains and reports, the same on both devices: Model is train::Mlp (host
 // memory) or train::MlpCuda (one GPU), whose interfaces match.
 template <typename Model>
-int train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train::Dataset& train_set,
-                     const train::Dataset& test_set, Model& model,
+int train_and_report(const Options& o, slurmddp::StopSignal* stop, slurmddp::ProcessGroup& pg,
+                     const train::Dataset& train_set, const train::Dataset& test_set, Model& model,
                      const std::vector<slurmddp::GradParameter>& registered,
                      const slurmddp::GradSyncOptions& sync_options) {
   const auto& id = pg.identity();
@@ -222,7 +222,6 @@ int train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train::
   int64_t first_epoch = 0;
   bool resumed = false;
   std::unique_ptr<slurmddp::Checkpointer> ckpt;
-  std::unique_ptr<slurmddp::StopSignal> stop;
   if (!o.checkpoint_dir.empty()) {
     ckpt = std::make_unique<slurmddp::Checkpointer>(pg.comm(),
                                                     slurmddp::job_checkpoint_dir(o.checkpoint_dir));
@@ -242,9 +241,7 @@ int train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train::
         std::fflush(stdout);
       }
     }
-    slurmddp::StopOptions so;
-    so.check_every = o.stop_check_every;
-    stop = std::make_unique<slurmddp::StopSignal>(pg.comm(), so);
+    stop->attach(pg.comm());
   }
   auto save = [&] {
     std::vector<float> state = model.state();
@@ -310,6 +307,15 @@ int train_and_report(const Options& o, slurmddp::ProcessGroup& pg, const train::
 }
 
 int run(const Options& o) {
+  // With checkpoints, the stop signals are caught from the start: one that
+  // arrives during the rendezvous or while the data loads stops the job after
+  // its first step instead of ending the process without a checkpoint.
+  std::unique_ptr<slurmddp::StopSignal> stop;
+  if (!o.checkpoint_dir.empty()) {
+    slurmddp::StopOptions so;
+    so.check_every = o.stop_check_every;
+    stop = std::make_unique<slurmddp::StopSignal>(so);
+  }
   slurmddp::InitOptions init;
   init.backend = train::backend_for(o.device);
   auto pg = slurmddp::init(init);
@@ -334,7 +340,7 @@ int run(const Options& o) {
     slurmddp::GradSyncOptions so;
     so.cuda_stream = model.stream();  // where backward queues the gradients
     int rc = train_and_report(
-        o, *pg, train_set, test_set, model,
+        o, stop.get(), *pg, train_set, test_set, model,
         registration(model.tensors, model.params(), model.grads(), slurmddp::DeviceKind::kCuda),
         so);
     pg->shutdown();
@@ -342,7 +348,7 @@ int run(const Options& o) {
   }
 #endif
   train::Mlp model(train_set.features, o.hidden, 10, seed);
-  int rc = train_and_report(o, *pg, train_set, test_set, model,
+  int rc = train_and_report(o, stop.get(), *pg, train_set, test_set, model,
                             registration(model.tensors, model.params.data(), model.grads.data(),
                                          slurmddp::DeviceKind::kHost),
                             {});

@@ -58,6 +58,12 @@ class StopSignal {
   // process at a time: a second throws InvalidArgument. `comm` is the
   // communicator the ranks train on (host or CUDA).
   explicit StopSignal(std::shared_ptr<Communicator> comm, StopOptions options = {});
+  // Installs the handlers now, before there is a communicator: a signal that
+  // arrives while the program starts (rendezvous, loading data) is kept
+  // instead of ending the process. attach() the communicator before the
+  // first should_stop().
+  explicit StopSignal(StopOptions options = {});
+  void attach(std::shared_ptr<Communicator> comm);
   // Restores the handlers that were installed before (or ignores the signals
   // once a stop was agreed, see the Note).
   ~StopSignal();

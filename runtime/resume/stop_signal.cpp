@@ -51,7 +51,6 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
  public:
   Impl(std::shared_ptr<Communicator> comm, StopOptions options)
       : comm_(std::move(comm)), options_(std::move(options)) {
-    if (!comm_) throw InvalidArgument("StopSignal: the communicator is null");
     if (options_.check_every < 1) {
       throw InvalidArgument("StopSignal: check_every=" + std::to_string(options_.check_every) +
                             "; expected at least 1");
@@ -62,7 +61,7 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
                               "; expected signals such as SIGTERM, SIGUSR1, SIGUSR2, SIGHUP");
       }
     }
-    channel_ = resume::make_scalar_channel(*comm_);
+    if (comm_) attach(comm_);
     std::lock_guard<std::mutex> lock(g_owner_mutex);
     if (g_owned) {
       throw InvalidArgument("StopSignal: another StopSignal is installed in this process");
@@ -96,7 +95,17 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
     g_owned = false;
   }
 
+  void attach(std::shared_ptr<Communicator> comm) {
+    if (!comm) throw InvalidArgument("StopSignal::attach: the communicator is null");
+    channel_ = resume::make_scalar_channel(*comm);
+    comm_ = std::move(comm);
+  }
+
   bool should_stop(int64_t step) {
+    if (!channel_) {
+      throw InvalidArgument(
+          "StopSignal::should_stop: no communicator; pass one to the constructor or attach()");
+    }
     if (step % options_.check_every != 0) return false;
     int mine = g_signal.load(std::memory_order_relaxed);
     auto any = static_cast<int>(channel_->max(mine));
@@ -137,8 +146,21 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
   int agreed_ = 0;
 };
 
+namespace {
+std::shared_ptr<Communicator> required(std::shared_ptr<Communicator> comm) {
+  if (!comm) throw InvalidArgument("StopSignal: the communicator is null");
+  return comm;
+}
+}  // namespace
+
 StopSignal::StopSignal(std::shared_ptr<Communicator> comm, StopOptions options)
-    : impl_(std::make_unique<Impl>(std::move(comm), std::move(options))) {}
+    : impl_(std::make_unique<Impl>(required(std::move(comm)), std::move(options))) {}
+StopSignal::StopSignal(StopOptions options)
+    : impl_(std::make_unique<Impl>(nullptr, std::move(options))) {}
+
+void StopSignal::attach(std::shared_ptr<Communicator> comm) {
+  impl_->attach(std::move(comm));
+}
 StopSignal::~StopSignal() = default;
 
 int StopSignal::local_signal() const {

@@ -36,6 +36,31 @@ TEST(StopSignal, BadOptionsNameTheValue) {
   EXPECT_THAT(error_of(o), HasSubstr("check_every=0; expected at least 1"));
 }
 
+TEST(StopSignal, HandlersFirstCommunicatorLater) {
+  StopSignal stop;  // e.g. before init(): the rendezvous may take a while
+  raise(SIGUSR2);
+  EXPECT_EQ(stop.local_signal(), SIGUSR2);
+  try {
+    stop.should_stop(0);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no communicator; pass one to the constructor or attach()"));
+  }
+  stop.attach(solo());
+  EXPECT_TRUE(stop.should_stop(0));
+  EXPECT_EQ(stop.agreed_signal(), SIGUSR2);
+}
+
+TEST(StopSignal, NullCommunicatorIsRefused) {
+  try {
+    StopSignal stop(std::shared_ptr<Communicator>{});
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the communicator is null"));
+  }
+  StopSignal fine(solo());  // nothing was left installed
+}
+
 TEST(StopSignal, OneAtATime) {
   {
     StopSignal first(solo());
