@@ -72,6 +72,7 @@
 #include <vector>
 
 #include "../common/stats.h"
+#include "loopback_port.h"
 #include "models.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
@@ -412,22 +413,6 @@ class Group {
   std::vector<std::unique_ptr<Child>> ranks_;
 };
 
-uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(fd);
-    throw std::runtime_error("bench: failed to find a free port");
-  }
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::string self_path() {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -509,7 +494,7 @@ int launch(const Options& o) {
     python = env != nullptr && *env != '\0' ? env : "/usr/bin/python3";
   }
   if (o.torch && python_has_torch(python)) {
-    const std::string tport = std::to_string(free_port());
+    const std::string tport = std::to_string(slurmddp::support::free_loopback_port());
     std::vector<std::unique_ptr<Child>> ranks;
     for (int r = 0; r < o.ranks; ++r) {
       ranks.push_back(std::make_unique<Child>(std::vector<std::string>{

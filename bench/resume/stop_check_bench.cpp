@@ -19,24 +19,13 @@
 #include <string>
 #include <vector>
 
+#include "loopback_port.h"
 #include "slurmddp/process_group.h"
 #include "slurmddp/stop.h"
 #include "stats.h"
 #include "subprocess.h"
 
 namespace {
-
-uint16_t free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 int run_rank(long steps, long reps) {
   auto pg = slurmddp::init();
@@ -79,7 +68,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (std::getenv("STOP_BENCH_RANK") != nullptr) return run_rank(steps, reps);
-    std::string port = std::to_string(free_port());
+    std::string port = std::to_string(slurmddp::support::free_loopback_port());
     std::vector<std::unique_ptr<slurmddp::support::Child>> children;
     for (int r = 0; r < ranks; ++r) {
       slurmddp::support::SpawnOptions o;

@@ -18,6 +18,7 @@
 
 #include "common/cuda_device_guard.h"
 #include "gpu_test_main.h"
+#include "loopback_port.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/process_group.h"
 
@@ -26,26 +27,9 @@ namespace {
 
 int g_device_count = 0;
 
-// A port nothing listens on right now (bound, read back, closed).
-uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    if (fd >= 0) close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST(InitNccl, OneRankGetsTheNcclCommunicatorOnItsLocalDevice) {
   const int device = g_device_count - 1;
-  const uint16_t port = free_port();
+  const uint16_t port = slurmddp::support::free_loopback_port();
   ASSERT_NE(port, 0);
   // Only the torchrun variables: no plugin step, no PMIx, no Slurm identity.
   for (const char* name : {"SLURMDDP_STEP", "PMIX_RANK", "SLURM_PROCID", "SLURM_JOB_ID",

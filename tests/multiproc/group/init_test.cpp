@@ -9,6 +9,7 @@
 
 #include <memory>
 
+#include "loopback_port.h"
 #include "process.h"
 
 namespace slurmddp {
@@ -17,19 +18,6 @@ namespace {
 using ::testing::HasSubstr;
 using testing::Process;
 using namespace std::chrono_literals;
-
-// A port nothing listens on right now (bound, read back, closed).
-uint16_t free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string probe() {
   const char* p = std::getenv("SLURMDDP_RUNTIME_PROBE");
@@ -76,7 +64,7 @@ bool built_with_nccl() {
 // (NCCL refused before the communicator, or Gloo made instead) fails here on a
 // CPU machine.
 TEST(InitMultiproc, NcclBackendWithoutVisibleDeviceSaysWhy) {
-  uint16_t port = free_port();
+  uint16_t port = slurmddp::support::free_loopback_port();
   std::vector<std::unique_ptr<Process>> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.push_back(start({r, 2}, port, "20s",
@@ -106,7 +94,7 @@ TEST(InitMultiproc, NcclBackendWithoutVisibleDeviceSaysWhy) {
 
 // auto picks Gloo where no device is visible, even with a device index set.
 TEST(InitMultiproc, AutoBackendWithoutVisibleDeviceUsesGloo) {
-  uint16_t port = free_port();
+  uint16_t port = slurmddp::support::free_loopback_port();
   std::vector<std::unique_ptr<Process>> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.push_back(start({r, 2}, port, "10s",
@@ -125,7 +113,7 @@ TEST(InitMultiproc, AutoBackendWithoutVisibleDeviceUsesGloo) {
 
 TEST(InitMultiproc, WorldSizesOneToFour) {
   for (int world : {1, 2, 3, 4}) {
-    uint16_t port = free_port();
+    uint16_t port = slurmddp::support::free_loopback_port();
     std::vector<std::unique_ptr<Process>> ranks;
     for (int r = 0; r < world; ++r) ranks.push_back(start({r, world}, port));
     for (int r = 0; r < world; ++r) {
@@ -140,7 +128,7 @@ TEST(InitMultiproc, WorldSizesOneToFour) {
 }
 
 TEST(InitMultiproc, MissingRankIsNamedWithinTheTimeout) {
-  uint16_t port = free_port();
+  uint16_t port = slurmddp::support::free_loopback_port();
   std::vector<std::unique_ptr<Process>> ranks;
   for (int r : {0, 1, 3}) ranks.push_back(start({r, 4}, port, "3s"));
   for (auto& p : ranks) {
@@ -153,7 +141,7 @@ TEST(InitMultiproc, MissingRankIsNamedWithinTheTimeout) {
 }
 
 TEST(InitMultiproc, WorldSizeDisagreementNamesBothValues) {
-  uint16_t port = free_port();
+  uint16_t port = slurmddp::support::free_loopback_port();
   auto r0 = start({0, 2}, port);
   auto r1 = start({1, 3}, port);
   auto c1 = r1->wait(15s);
@@ -168,7 +156,7 @@ TEST(InitMultiproc, WorldSizeDisagreementNamesBothValues) {
 }
 
 TEST(InitMultiproc, WrongTokenIsRefusedAndSaysWhy) {
-  uint16_t port = free_port();
+  uint16_t port = slurmddp::support::free_loopback_port();
   auto r0 = start({0, 2}, port);
   Rank bad{1, 2};
   bad.token = "ffffffffffffffffffffffffffffffff";
@@ -184,7 +172,7 @@ TEST(InitMultiproc, WrongTokenIsRefusedAndSaysWhy) {
 }
 
 TEST(InitMultiproc, UnreachableStoreNamesHostAndPort) {
-  uint16_t port = free_port();
+  uint16_t port = slurmddp::support::free_loopback_port();
   auto r1 = start({1, 2}, port, "2s");  // rank 0 never starts: nothing listens
   auto c1 = r1->wait(15s);
   ASSERT_TRUE(c1.has_value()) << "hung";
@@ -194,7 +182,7 @@ TEST(InitMultiproc, UnreachableStoreNamesHostAndPort) {
 }
 
 TEST(InitMultiproc, BadTimeoutVariableIsNamed) {
-  uint16_t port = free_port();
+  uint16_t port = slurmddp::support::free_loopback_port();
   auto r0 = start({0, 1}, port, "soon");
   auto c = r0->wait(15s);
   ASSERT_TRUE(c.has_value());

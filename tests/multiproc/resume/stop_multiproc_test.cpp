@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 
+#include "loopback_port.h"
 #include "process.h"
 
 namespace slurmddp {
@@ -21,21 +22,9 @@ using ::testing::HasSubstr;
 using testing::Process;
 using namespace std::chrono_literals;
 
-uint16_t free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::vector<std::unique_ptr<Process>> start(int world, const std::vector<std::string>& args,
                                             const std::string& timeout = "20s") {
-  uint16_t port = free_port();
+  uint16_t port = slurmddp::support::free_loopback_port();
   std::vector<std::unique_ptr<Process>> ranks;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> argv{std::getenv("SLURMDDP_STOP_RANK")};
