@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -190,6 +191,15 @@ std::map<std::string, std::string> node_states() {
   std::string node, state;
   while (in >> node >> state) states[node] = state;
   return states;
+}
+
+std::set<std::string> captures(const std::string& text, const std::string& pattern) {
+  std::set<std::string> found;
+  std::regex re(pattern);
+  for (std::sregex_iterator it(text.begin(), text.end(), re), end; it != end; ++it) {
+    found.insert((*it)[1]);
+  }
+  return found;
 }
 
 }  // namespace slurmddp::systest

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,10 @@ class PlugstackArgs {
 using Fields = std::map<std::string, std::string>;
 // Parses "k=v k=v" lines that start with `prefix` (e.g. "host=").
 std::vector<Fields> parse_lines(const std::string& text, const std::string& prefix = "host=");
+
+// The first capture group of every match of `pattern` in `text`, as a set
+// (e.g. the parameter checksums every rank printed).
+std::set<std::string> captures(const std::string& text, const std::string& pattern);
 
 // Every node's state letter from sinfo, e.g. {"n1": "idle", "n2": "idle"}.
 std::map<std::string, std::string> node_states();

@@ -35,12 +35,7 @@ std::string slurp(const std::string& path) {
 }
 
 std::set<std::string> checksums(const std::string& out) {
-  std::set<std::string> sums;
-  std::regex re("rank [0-9]+: [0-9]+ steps, parameter checksum ([0-9a-f]+)");
-  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
-    sums.insert((*it)[1]);
-  }
-  return sums;
+  return captures(out, "rank [0-9]+: [0-9]+ steps, parameter checksum ([0-9a-f]+)");
 }
 
 // A job directory with ./train (the example program) for the sbatch script.
@@ -262,12 +257,7 @@ TEST(ResumeSystem, AKilledRankFailsTheJobAndLeavesTheLastCheckpointIntact) {
 }
 
 std::set<std::string> torch_digests(const std::string& out) {
-  std::set<std::string> sums;
-  std::regex re("rank [0-9]+: parameter sha256 ([0-9a-f]+)");
-  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
-    sums.insert((*it)[1]);
-  }
-  return sums;
+  return captures(out, "rank [0-9]+: parameter sha256 ([0-9a-f]+)");
 }
 
 // examples/pytorch/train.py (Debian's torch): stopped by a signal to its step,

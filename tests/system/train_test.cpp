@@ -30,12 +30,7 @@ std::vector<float> read_floats(const std::string& path) {
 }
 
 std::set<std::string> checksums(const std::string& out) {
-  std::set<std::string> sums;
-  std::regex re("rank [0-9]+: [0-9]+ steps, parameter checksum ([0-9a-f]+)");
-  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
-    sums.insert((*it)[1]);
-  }
-  return sums;
+  return captures(out, "rank [0-9]+: [0-9]+ steps, parameter checksum ([0-9a-f]+)");
 }
 
 // Note [Equivalence tolerance]
