@@ -6,6 +6,7 @@
 
 #include "comm/over_membership.h"
 #include "common/log.h"
+#include "env/locality.h"
 #include "group/duration.h"
 #include "membership/membership.h"
 #include "slurmddp/error.h"
@@ -91,6 +92,7 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id, Ba
   j.head = "init: failed to join the process group: ";
   j.where = "rank=" + std::to_string(id.rank) + ", size=" + std::to_string(id.world_size) +
             ", host=" + host_name() + ", timeout_ms=" + std::to_string(timeout.count());
+  j.locality = locality_from_environment(id);
   std::vector<std::string> agree;
 #if SLURMDDP_HAVE_GLOO
   if (backend == Backend::kGloo) {

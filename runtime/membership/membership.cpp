@@ -95,6 +95,7 @@ void Membership::announce() {
   // The sum of the sizes announced lets rank 0 see at a glance whether anyone
   // disagrees (complete()); it is counted before the record is visible.
   o_.store->add(key("size_sum"), o_.size);
+  announce_locality();  // before the record: once it is seen, so is where this node's ranks are
   o_.store->set(join_key(o_.rank), bytes(record));
   if (generation_ > 1) {
     // This rank's previous group is over: its record there goes.
@@ -110,8 +111,14 @@ void Membership::throw_not_joined(const std::string& also) const {
     throw TimeoutError(o_.head + "the rendezvous did not complete in time, and the store could " +
                        "not tell who joined (" + e.what() + "); " + o_.where);
   }
-  throw TimeoutError(o_.head + joined_text(o_.size, missing) + other_generations(missing) + also +
-                     "; " + o_.where);
+  std::string hosts;
+  try {
+    hosts = where_missing(missing);
+  } catch (const std::exception& e) {
+    hosts = std::string(" (hosts unknown: ") + e.what() + ")";
+  }
+  throw TimeoutError(o_.head + joined_text(o_.size, missing) + hosts + other_generations(missing) +
+                     also + "; " + o_.where);
 }
 
 void Membership::complete(const std::vector<std::string>& agree_min) {
@@ -236,7 +243,7 @@ std::string Membership::diagnosis() const {
   try {
     const auto missing = probe_missing(*o_.store, o_.size, [this](int r) { return join_key(r); });
     const int joined = o_.size - static_cast<int>(missing.size());
-    std::string out = joined_text(o_.size, missing);
+    std::string out = joined_text(o_.size, missing) + where_missing(missing);
     // Who announced another world size: only looked for when the sizes
     // announced do not add up.
     const std::string sum_key = key("size_sum");

@@ -45,6 +45,15 @@ namespace slurmddp::membership {
 
 using Clock = std::chrono::steady_clock;
 
+// Where ranks run, so that a rendezvous that times out can say on which hosts
+// the missing ranks are (Note [Locating missing ranks]). Every part is
+// optional: without it the message names ranks only.
+struct Locality {
+  std::string node;                // this rank's node (SLURMD_NODENAME, else the host name)
+  std::vector<int> node_ranks;     // the ranks expected on this node, this one included
+  std::vector<std::string> nodes;  // every node of the group
+};
+
 struct JoinOptions {
   std::shared_ptr<Store> store;  // may be null for a group of one
   std::string prefix;            // keys live under "<prefix>/"
@@ -58,6 +67,7 @@ struct JoinOptions {
   // Extra fields of this rank's record (a backend's bootstrap data), e.g.
   // {"wmem_max", "212992"}; names are [a-z_]+, values one line.
   std::vector<std::pair<std::string, std::string>> fields;
+  Locality locality;
 };
 
 // What a rank recorded when it joined.
@@ -134,6 +144,10 @@ class Membership {
  private:
   std::string join_key(int rank) const { return key("join/" + std::to_string(rank)); }
   std::string other_generations(const std::vector<int>& missing) const;
+  // " (hosts: n1 [3]; n4 [8-11], where no rank joined)" for `missing`, or ""
+  // when nothing is known about where they run (locate.cpp).
+  std::string where_missing(const std::vector<int>& missing) const;
+  void announce_locality() const;
   [[noreturn]] void throw_not_joined(const std::string& also = "") const;
   void note_other_size() const;
 

@@ -82,6 +82,47 @@ TEST(Membership, AMissingRankIsNamedByEveryoneWithinTheDeadline) {
   EXPECT_LT(Clock::now() - start, 5s);
 }
 
+// Note [Locating missing ranks]: node-mates vouch for a missing rank's host;
+// ranks of a node from which nobody joined are named with that node.
+TEST(Membership, MissingRanksAreNamedWithTheirHosts) {
+  auto store = make_in_process_store();
+  // 8 ranks, block layout over n1..n3: n1 [0-2], n2 [3-5], n3 [6-7].
+  const std::vector<std::vector<int>> blocks = {{0, 1, 2}, {3, 4, 5}, {6, 7}};
+  auto locality = [&](int r) {
+    Locality l;
+    const size_t b = r < 3 ? 0 : r < 6 ? 1 : 2;
+    l.node = "n" + std::to_string(b + 1);
+    l.node_ranks = blocks[b];
+    l.nodes = {"n1", "n2", "n3"};
+    return l;
+  };
+  // Rank 4 (on n2) and all of n3 never come.
+  const auto errors = on_threads({0, 1, 2, 3, 5}, [&](int r) {
+    JoinOptions o = options(store, r, 8, 300ms);
+    o.locality = locality(r);
+    Membership::join(o);
+  });
+  for (const auto& e : errors) {
+    EXPECT_THAT(e, HasSubstr("5/8 ranks joined; missing: [4, 6, 7] (hosts: n2 [4]; n3 [6, 7], "
+                             "where no rank joined)"));
+  }
+}
+
+TEST(Membership, MissingRanksWithoutLocalityAreNamedByRankOnly) {
+  auto store = make_in_process_store();
+  Membership m0(options(store, 0, 2));
+  m0.announce();
+  EXPECT_EQ(m0.diagnosis(), "1/2 ranks joined; missing: [1]");
+  // Node-mates known, but no node list: the ranks nobody vouched for stay unplaced.
+  auto store2 = make_in_process_store();
+  JoinOptions o = options(store2, 0, 4);
+  o.locality.node = "a";
+  o.locality.node_ranks = {0, 1};
+  Membership m(o);
+  m.announce();
+  EXPECT_EQ(m.diagnosis(), "1/4 ranks joined; missing: [1-3] (hosts: a [1])");
+}
+
 TEST(Membership, WorldSizeMismatchNamesBothValuesOnEveryRank) {
   auto store = make_in_process_store();
   std::vector<int> mismatch_other_size(3, 0);
