@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "env/locality.h"
 #include "group/duration.h"
+#include "group/rendezvous_store.h"
 #include "membership/membership.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
@@ -241,50 +242,52 @@ std::unique_ptr<Communicator> make_communicator(
 
 }  // namespace
 
+std::chrono::milliseconds timeout_from_environment(
+    const std::optional<std::chrono::milliseconds>& requested) {
+  if (requested) return *requested;
+  if (auto v = getenv_opt("SLURMDDP_TIMEOUT")) return parse_duration("SLURMDDP_TIMEOUT", *v);
+  return kDefaultTimeout;
+}
+
+Bootstrap bootstrap_from_environment(Bootstrap requested) {
+  if (requested != Bootstrap::kAuto) return requested;
+  auto v = getenv_opt("SLURMDDP_BOOTSTRAP").value_or("auto");
+  if (v == "tcp") return Bootstrap::kTcp;
+  if (v == "pmix") return Bootstrap::kPmix;
+  if (v == "auto" || v.empty()) {
+    return (SLURMDDP_HAVE_PMIX && getenv_opt("PMIX_RANK")) ? Bootstrap::kPmix : Bootstrap::kTcp;
+  }
+  throw InvalidArgument("init: invalid SLURMDDP_BOOTSTRAP='" + v + "': expected tcp, pmix or auto");
+}
+
+std::shared_ptr<Store> rendezvous_store(const ProcessIdentity& id, Bootstrap bootstrap,
+                                        std::chrono::milliseconds timeout) {
+  if (bootstrap == Bootstrap::kTcp) {
+    if (id.master_addr.empty()) {
+      throw InvalidArgument("init: failed to rendezvous: no MASTER_ADDR (identity source " +
+                            std::string(to_string(id.source)) + "); use the PMIx bootstrap");
+    }
+    return tcp_rendezvous(id, timeout);
+  }
+#if SLURMDDP_HAVE_PMIX
+  return pmix_rendezvous(id, timeout);  // Note [PMIx bootstrap]
+#else
+  throw InvalidArgument("init: the PMIx bootstrap is not available in this build");
+#endif
+}
+
 std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
   ProcessIdentity id = options.identity ? *options.identity : identity_from_environment();
   log::set_rank(id.rank);
-  std::chrono::milliseconds timeout = kDefaultTimeout;
-  if (options.timeout) {
-    timeout = *options.timeout;
-  } else if (auto v = getenv_opt("SLURMDDP_TIMEOUT")) {
-    timeout = parse_duration("SLURMDDP_TIMEOUT", *v);
-  }
-  Bootstrap bootstrap = options.bootstrap;
-  if (bootstrap == Bootstrap::kAuto) {
-    auto v = getenv_opt("SLURMDDP_BOOTSTRAP").value_or("auto");
-    if (v == "tcp") {
-      bootstrap = Bootstrap::kTcp;
-    } else if (v == "pmix") {
-      bootstrap = Bootstrap::kPmix;
-    } else if (v == "auto" || v.empty()) {
-      bootstrap =
-          (SLURMDDP_HAVE_PMIX && getenv_opt("PMIX_RANK")) ? Bootstrap::kPmix : Bootstrap::kTcp;
-    } else {
-      throw InvalidArgument("init: invalid SLURMDDP_BOOTSTRAP='" + v +
-                            "': expected tcp, pmix or auto");
-    }
-  }
+  const std::chrono::milliseconds timeout = timeout_from_environment(options.timeout);
+  const Bootstrap bootstrap = bootstrap_from_environment(options.bootstrap);
   Backend backend = choose_backend(options, id);
   SLURMDDP_LOG_INFO(kComponent, id.describe()
                                     << " backend " << (backend == Backend::kNccl ? "nccl" : "gloo")
                                     << " bootstrap "
                                     << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
 
-  std::shared_ptr<Store> store;
-  if (bootstrap == Bootstrap::kTcp) {
-    if (id.master_addr.empty()) {
-      throw InvalidArgument("init: failed to rendezvous: no MASTER_ADDR (identity source " +
-                            std::string(to_string(id.source)) + "); use the PMIx bootstrap");
-    }
-    store = tcp_rendezvous(id, timeout);
-  } else {
-#if SLURMDDP_HAVE_PMIX
-    store = pmix_rendezvous(id, timeout);  // Note [PMIx bootstrap]
-#else
-    throw InvalidArgument("init: the PMIx bootstrap is not available in this build");
-#endif
-  }
+  std::shared_ptr<Store> store = rendezvous_store(id, bootstrap, timeout);
   auto group = join_group(id, backend, store, timeout);
   auto comm = make_communicator(backend, id, store, group, timeout);
   return std::make_unique<Group>(std::move(id), std::move(store), std::move(comm), timeout,

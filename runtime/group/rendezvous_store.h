@@ -1,0 +1,31 @@
+// The first half of init(), for other front ends of the same rendezvous (the
+// Python package's torch init method): the settings read from the
+// environment and the store every rank connects to.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "slurmddp/identity.h"
+#include "slurmddp/process_group.h"
+#include "slurmddp/store.h"
+
+namespace slurmddp {
+
+// `requested`, else SLURMDDP_TIMEOUT ("300", "30s", "5m", ...), else
+// kDefaultTimeout. Throws InvalidArgument naming SLURMDDP_TIMEOUT and its value.
+std::chrono::milliseconds timeout_from_environment(
+    const std::optional<std::chrono::milliseconds>& requested);
+
+// `requested` unless kAuto; else SLURMDDP_BOOTSTRAP=tcp|pmix|auto (auto: PMIx
+// under srun --mpi=pmix in a build with PMIx, else TCP).
+Bootstrap bootstrap_from_environment(Bootstrap requested);
+
+// TCP: rank 0 hosts the authenticated store on MASTER_PORT, every rank
+// connects to MASTER_ADDR:MASTER_PORT with the identity's token. PMIx: Note
+// [PMIx bootstrap]. Throws what connecting throws, naming host:port.
+std::shared_ptr<Store> rendezvous_store(const ProcessIdentity& id, Bootstrap bootstrap,
+                                        std::chrono::milliseconds timeout);
+
+}  // namespace slurmddp
