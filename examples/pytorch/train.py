@@ -11,6 +11,12 @@ or with one torchrun per node, which starts the ranks itself (torchrun.sbatch):
 
     srun -N 2 --ntasks-per-node=1 --gres=gpu:4 --ddp-launcher=torchrun torchrun train.py
 
+With slurm-ddp's Python package installed (meson install, or PYTHONPATH=
+build/python), it uses init_method="slurmddp://" (the step's authenticated
+store instead of torch's open TCPStore; a rank that does not arrive is named)
+and slurmddp.torch.DistributedSampler (the same indices as torch's; mid-epoch
+resume without replaying batches), and says so; --plain keeps torch's own.
+
 Trains a small MLP on Fashion-MNIST (Debian package dataset-fashion-mnist).
 """
 import argparse
@@ -28,6 +34,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+try:
+    import slurmddp.torch as slurmddp_torch  # registers init_method="slurmddp://"
+except ImportError:
+    slurmddp_torch = None
 
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -86,15 +97,29 @@ def main():
     ap.add_argument("--checkpoint", help="resume from and stop into this file (a shared path)")
     ap.add_argument("--log-every", type=int, default=0, help="rank 0 prints 'step N' every N steps")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
+    ap.add_argument("--plain", action="store_true",
+                    help="torch's env:// and DistributedSampler even where slurm-ddp's package is installed")
     args = ap.parse_args()
+    ours = slurmddp_torch is not None and not args.plain
     if args.checkpoint:
         for s in STOP_SIGNALS:
             signal.signal(s, on_stop_signal)
 
     torch.set_num_threads(1)
     use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")  # env:// from the plugin
+    # env:// reads the plugin's MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE;
+    # slurmddp:// the same, plus SLURMDDP_TOKEN for an authenticated store.
+    init_method = "slurmddp://" if ours else "env://"
+    dist.init_process_group("nccl" if use_cuda else "gloo", init_method=init_method)
     rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        if ours:
+            print(f"train.py: slurm-ddp's Python package {slurmddp_torch.__name__} is installed: "
+                  f"init_method={init_method}, slurmddp.torch.DistributedSampler", flush=True)
+        else:
+            why = "--plain" if args.plain else "slurm-ddp's Python package is not installed"
+            print(f"train.py: {why}: init_method={init_method}, torch's DistributedSampler",
+                  flush=True)
     device = torch.device("cpu")
     if use_cuda:
         # The plugin's index within CUDA_VISIBLE_DEVICES; under torchrun
@@ -124,14 +149,24 @@ def main():
                   f"restart count {restarts}", flush=True)
 
     train, test = load(args.data, "train"), load(args.data, "test")
-    sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    make_sampler = slurmddp_torch.DistributedSampler if ours else DistributedSampler
+    sampler = make_sampler(train, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    first_batch = 0
+    if ours and skip:
+        # Every rank's sampler continues after the batches already trained on
+        # (rank 0 saved how many): no replay. A state_dict() saved by each
+        # rank would do the same (it is checked against the rank's own
+        # configuration).
+        sampler.set_epoch(first_epoch)
+        sampler.load_state_dict(sampler.state_dict(position=min(skip * args.batch_size, len(sampler))))
+        first_batch, skip = skip, 0
     loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
     flag = torch.zeros(1, device=device)
     for epoch in range(first_epoch, args.epochs):
         sampler.set_epoch(epoch)
         model.train()
         start, seen, loss_sum = time.time(), 0, 0.0
-        for batch, (x, y) in enumerate(loader):
+        for batch, (x, y) in enumerate(loader, start=first_batch if epoch == first_epoch else 0):
             if args.steps and step >= args.steps:
                 break
             if epoch == first_epoch and batch < skip:

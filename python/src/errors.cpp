@@ -47,21 +47,23 @@ void bind_errors(py::module_& m) {
                                      "A peer or the store server died or closed the connection.");
   static PyObject* protocol = make_class(
       m, "ProtocolError", {error}, "A peer broke the protocol, or authentication was refused.");
-  py::register_exception_translator([](const std::exception_ptr& p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const InvalidArgument& e) {
-      PyErr_SetString(invalid, e.what());
-    } catch (const TimeoutError& e) {
-      PyErr_SetString(timeout, e.what());
-    } catch (const PeerError& e) {
-      PyErr_SetString(peer, e.what());
-    } catch (const ProtocolError& e) {
-      PyErr_SetString(protocol, e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(error, e.what());
-    }
-  });
+  // pybind11's ExceptionTranslator takes the pointer by value.
+  py::register_exception_translator(
+      [](std::exception_ptr p) {  // NOLINT(performance-unnecessary-value-param)
+        try {
+          if (p) std::rethrow_exception(p);
+        } catch (const InvalidArgument& e) {
+          PyErr_SetString(invalid, e.what());
+        } catch (const TimeoutError& e) {
+          PyErr_SetString(timeout, e.what());
+        } catch (const PeerError& e) {
+          PyErr_SetString(peer, e.what());
+        } catch (const ProtocolError& e) {
+          PyErr_SetString(protocol, e.what());
+        } catch (const Error& e) {
+          PyErr_SetString(error, e.what());
+        }
+      });
 }
 
 }  // namespace slurmddp::python

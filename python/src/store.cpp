@@ -99,7 +99,8 @@ Rendezvous rendezvous(int rank, int world_size, std::optional<int64_t> timeout_m
                              ? timeout_from_environment(std::nullopt)
                              : timeout_from_environment(requested);
   r.timeout_ms = timeout.count();
-  auto store = rendezvous_store(id, bootstrap_from_environment(Bootstrap::kAuto), timeout);
+  auto store = rendezvous_store(id, bootstrap_from_environment(Bootstrap::kAuto), timeout,
+                                "slurmddp:// rendezvous: ");
   membership::JoinOptions j;
   j.store = store;
   j.prefix = "slurmddp/torch";

@@ -115,8 +115,8 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id, Ba
   }
 }
 
-std::shared_ptr<Store> tcp_rendezvous(const ProcessIdentity& id,
-                                      std::chrono::milliseconds timeout) {
+std::shared_ptr<Store> tcp_rendezvous(const ProcessIdentity& id, std::chrono::milliseconds timeout,
+                                      const std::string& head) {
   TcpStoreOptions o;
   o.host = id.master_addr;
   o.port = id.master_port;
@@ -128,7 +128,17 @@ std::shared_ptr<Store> tcp_rendezvous(const ProcessIdentity& id,
                                        << id.master_addr << ":" << id.master_port
                                        << " is open to anyone who can reach it");
   }
-  return make_tcp_store(o);
+  try {
+    return make_tcp_store(o);
+  } catch (const TimeoutError& e) {
+    if (o.is_server) throw;
+    // Nobody answered on MASTER_ADDR:MASTER_PORT: rank 0 is the one missing.
+    throw TimeoutError(head + "rank 0 is missing: it hosts the rendezvous store at " +
+                       id.master_addr + ":" + std::to_string(id.master_port) +
+                       " (MASTER_ADDR:MASTER_PORT) and did not come up: " + e.what() +
+                       "; rank=" + std::to_string(id.rank) +
+                       ", size=" + std::to_string(id.world_size) + ", host=" + host_name());
+  }
 }
 
 // Whether this process can use a GPU at all: built with NCCL, and the CUDA
@@ -261,18 +271,19 @@ Bootstrap bootstrap_from_environment(Bootstrap requested) {
 }
 
 std::shared_ptr<Store> rendezvous_store(const ProcessIdentity& id, Bootstrap bootstrap,
-                                        std::chrono::milliseconds timeout) {
+                                        std::chrono::milliseconds timeout,
+                                        const std::string& head) {
   if (bootstrap == Bootstrap::kTcp) {
     if (id.master_addr.empty()) {
-      throw InvalidArgument("init: failed to rendezvous: no MASTER_ADDR (identity source " +
+      throw InvalidArgument(head + "failed to rendezvous: no MASTER_ADDR (identity source " +
                             std::string(to_string(id.source)) + "); use the PMIx bootstrap");
     }
-    return tcp_rendezvous(id, timeout);
+    return tcp_rendezvous(id, timeout, head);
   }
 #if SLURMDDP_HAVE_PMIX
   return pmix_rendezvous(id, timeout);  // Note [PMIx bootstrap]
 #else
-  throw InvalidArgument("init: the PMIx bootstrap is not available in this build");
+  throw InvalidArgument(head + "the PMIx bootstrap is not available in this build");
 #endif
 }
 
@@ -287,7 +298,7 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
                                     << " bootstrap "
                                     << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
 
-  std::shared_ptr<Store> store = rendezvous_store(id, bootstrap, timeout);
+  std::shared_ptr<Store> store = rendezvous_store(id, bootstrap, timeout, "init: ");
   auto group = join_group(id, backend, store, timeout);
   auto comm = make_communicator(backend, id, store, group, timeout);
   return std::make_unique<Group>(std::move(id), std::move(store), std::move(comm), timeout,

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "slurmddp/identity.h"
 #include "slurmddp/process_group.h"
@@ -24,8 +25,10 @@ Bootstrap bootstrap_from_environment(Bootstrap requested);
 
 // TCP: rank 0 hosts the authenticated store on MASTER_PORT, every rank
 // connects to MASTER_ADDR:MASTER_PORT with the identity's token. PMIx: Note
-// [PMIx bootstrap]. Throws what connecting throws, naming host:port.
+// [PMIx bootstrap]. Throws what connecting throws, naming host:port; when
+// nobody answers on MASTER_ADDR:MASTER_PORT, a TimeoutError that starts with
+// `head` and says that rank 0 is missing.
 std::shared_ptr<Store> rendezvous_store(const ProcessIdentity& id, Bootstrap bootstrap,
-                                        std::chrono::milliseconds timeout);
+                                        std::chrono::milliseconds timeout, const std::string& head);
 
 }  // namespace slurmddp

@@ -29,6 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
@@ -89,6 +90,32 @@ TEST_F(Staged, InstallPutsEachFileWhereTheConfigurationSays) {
                         "grep -v -E '^(plugin_|slurm_spank_|spank_plugin_version$)' || true",
                     std::chrono::seconds(30));
   EXPECT_EQ(syms.out, "") << "unexpected exported symbols";
+}
+
+// The Python package lands in the interpreter's package directory under the
+// prefix, imports from there alone (its extension carries the runtime: no
+// libslurmddp needed at run time) and registers slurmddp:// with torch.
+TEST_F(Staged, ThePythonPackageImportsFromTheStagedTree) {
+  ASSERT_EQ(install_.rc, 0) << install_.out << install_.err;
+  std::string pydir = env_or_empty("SLURMDDP_INSTALL_PYTHONDIR");
+  while (pydir.size() > 1 && pydir.back() == '/') pydir.pop_back();
+  if (pydir.empty()) GTEST_SKIP() << "SKIP: this build has no Python package (-Dpython)";
+  const std::string package = staged(pydir) + "/slurmddp";
+  for (const char* f : {"__init__.py", "torch.py", "_core.pyi", "py.typed"}) {
+    EXPECT_TRUE(fs::exists(package + "/" + f)) << package << "/" << f;
+  }
+  const char* const script =
+      R"(import sys, slurmddp, slurmddp.torch
+print(slurmddp.__file__)
+print(len(slurmddp.Sampler(10, 3, 1)))
+print("slurmddp" in sys.modules["torch.distributed.rendezvous"]._rendezvous_handlers))";
+  Result r = run("PYTHONPATH='" + staged(pydir) + "' '" + env_or_empty("SLURMDDP_PYTHON") +
+                     "' -c '" + script + "'",
+                 std::chrono::seconds(120), "/");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, package + "/__init__.py\n4\nTrue\n");
+  Result deps = run("ldd " + package + "/_core*.so", std::chrono::seconds(30));
+  EXPECT_THAT(deps.out, Not(HasSubstr("libslurmddp"))) << deps.out;
 }
 
 // A plugstack.conf made from the sample, including the staged snippet; the

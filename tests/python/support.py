@@ -1,0 +1,80 @@
+"""Shared by the Python tests: the torch gate, free ports, and ranks as
+child processes with the environment slurm-ddp's plugin would export."""
+import os
+import socket
+import subprocess
+import sys
+import unittest
+
+SKIP = 77  # meson's exit code for a skipped test
+
+
+def require_torch():
+    """Imports torch; without it, skips (exit 77, saying why) unless CI=true or
+    SLURMDDP_TORCH_TESTS=required, where it fails."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        required = os.environ.get("CI") == "true" or \
+            os.environ.get("SLURMDDP_TORCH_TESTS") == "required"
+        print(f"{'FAIL' if required else 'SKIP'}: torch cannot be imported by {sys.executable} "
+              f"({e}); install Debian's python3-torch", file=sys.stderr)
+        sys.exit(1 if required else SKIP)
+
+
+def free_port():
+    """A loopback port nobody listens on right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank, world, port, token="5eed" * 8, **extra):
+    """The variables the plugin gives task `rank` of a one-node step."""
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("SLURM", "SLURMDDP_", "PMIX", "TORCHELASTIC")):
+            del env[k]
+    env.update({
+        "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "GLOO_SOCKET_IFNAME": "lo",
+    })
+    if token is not None:
+        env["SLURMDDP_TOKEN"] = token
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def start_ranks(script, ranks, world, port, args=(), **env_extra):
+    """Starts `script` (a file next to this one) as the given ranks; returns
+    {rank: Popen} with stdin/stdout/stderr pipes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    procs = {}
+    for r in ranks:
+        procs[r] = subprocess.Popen(
+            [sys.executable, os.path.join(here, script), *map(str, args)],
+            env=rank_env(r, world, port, **env_extra), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return procs
+
+
+def finish(procs, timeout=120):
+    """Waits for every rank (killing all after `timeout` s); returns
+    {rank: (returncode, stdout, stderr)}."""
+    out = {}
+    for r, p in procs.items():
+        try:
+            o, e = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs.values():
+                q.kill()
+            o, e = p.communicate()
+            e += f"\n[test: rank {r} killed after {timeout} s]"
+        out[r] = (p.returncode, o, e)
+    return out
+
+
+def main():
+    require_torch()
+    unittest.main(verbosity=2)
