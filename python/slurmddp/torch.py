@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sized, Tuple, Union
 from urllib.parse import parse_qs, urlparse
 
 import torch.distributed as dist
-from torch.utils.data import Sampler as _TorchSampler
+from torch.utils.data.distributed import DistributedSampler as _TorchDistributedSampler
 
 from . import _core
 
@@ -144,8 +144,10 @@ def _from_environment(name: str, var: str) -> int:
             f"DistributedSampler: {var}={value!r} is not an integer") from None
 
 
-class DistributedSampler(_TorchSampler[int]):
-    """A drop-in for ``torch.utils.data.DistributedSampler``.
+class DistributedSampler(_TorchDistributedSampler):
+    """A drop-in for ``torch.utils.data.DistributedSampler`` (and a subclass of
+    it, so that code which checks for torch's sampler, e.g. to call
+    ``set_epoch``, finds it).
 
     Same constructor, ``set_epoch`` and attributes (``num_replicas``, ``rank``,
     ``epoch``, ``num_samples``, ``total_size``, ``shuffle``, ``seed``,
@@ -169,6 +171,9 @@ class DistributedSampler(_TorchSampler[int]):
 
     ``num_replicas``/``rank`` default to the initialized process group, else
     to ``WORLD_SIZE``/``RANK`` (which slurm-ddp's plugin exports).
+
+    It pickles (configuration, epoch and position; not the dataset's indices):
+    a copy in another process continues where this one stands.
     """
 
     def __init__(self, dataset: Union[Sized, int], num_replicas: Optional[int] = None,
@@ -186,6 +191,8 @@ class DistributedSampler(_TorchSampler[int]):
         if block_size <= 0:
             raise _core.InvalidArgument(
                 f"DistributedSampler: block_size={block_size}; expected a positive count")
+        # torch's __init__ is not called: it needs an initialized process
+        # group; the same attributes are set here.
         self.dataset = dataset
         n = dataset if isinstance(dataset, int) else len(dataset)
         self.num_replicas = num_replicas
@@ -196,13 +203,28 @@ class DistributedSampler(_TorchSampler[int]):
         self.drop_last = drop_last
         self.evaluation = evaluation
         self.block_size = block_size
-        self._sampler = _core.Sampler(n, num_replicas, rank, shuffle=shuffle, seed=seed,
-                                      drop_last=drop_last, evaluation=evaluation, mode=mode)
+        self._config = dict(n=n, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
+                            seed=seed, drop_last=drop_last, evaluation=evaluation, mode=mode)
+        self._sampler = self._make_core()
         self.num_samples = len(self._sampler)
         self.total_size = self._sampler.total_size
         self.mode = self._sampler.mode
         self._resume: Optional[Tuple[int, int]] = None  # (epoch, position)
         self._block: Optional[Tuple[int, int, Iterator[int]]] = None  # (start, length, iterator)
+
+    def _make_core(self) -> _core.Sampler:
+        c = dict(self._config)
+        return _core.Sampler(c.pop("n"), c.pop("num_replicas"), c.pop("rank"), **c)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_sampler", "_block")}
+        state["_resume"] = (self.epoch, self.state_dict()["position"])
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._block = None
+        self._sampler = self._make_core()
 
     def __len__(self) -> int:
         return self.num_samples

@@ -169,6 +169,19 @@ class Resume(unittest.TestCase):
         b.set_epoch(2)
         self.assertEqual(list(b), torch_indices(100, 2, 0, True, 0, False, 2)[0])
 
+    def test_a_pickled_copy_continues_where_the_original_stands(self):
+        import pickle
+        a = sdt.DistributedSampler(IndexDataset(500), 3, 2, seed=4, block_size=16)
+        a.set_epoch(6)
+        it = iter(a)
+        for _ in range(40):
+            next(it)
+        b = pickle.loads(pickle.dumps(a))
+        self.assertEqual((b.epoch, b.rank, b.num_replicas, len(b)), (6, 2, 3, len(a)))
+        self.assertEqual(list(b), list(it))
+        fresh = pickle.loads(pickle.dumps(sdt.DistributedSampler(500, 3, 2, seed=4)))
+        self.assertEqual(list(fresh), torch_indices(500, 3, 2, True, 4, False, 0)[0])
+
     def test_a_state_of_another_configuration_is_refused(self):
         state = sdt.DistributedSampler(1000, 4, 1).state_dict()
         for other in [dict(dataset=1001), dict(rank=2), dict(seed=1), dict(drop_last=True)]:
@@ -182,6 +195,17 @@ class Resume(unittest.TestCase):
 
 
 class DataLoaderAndErrors(unittest.TestCase):
+    def test_it_is_a_torch_distributed_sampler(self):
+        self.assertIsInstance(sdt.DistributedSampler(10, 2, 0), tud.DistributedSampler)
+
+    def test_dataloader_with_worker_processes(self):
+        ds = IndexDataset(999)
+        ours = sdt.DistributedSampler(ds, 2, 0, seed=1)
+        theirs = tud.DistributedSampler(ds, 2, 0, seed=1)
+        a = [b.tolist() for b in tud.DataLoader(ds, batch_size=10, sampler=ours, num_workers=2)]
+        b = [b.tolist() for b in tud.DataLoader(ds, batch_size=10, sampler=theirs)]
+        self.assertEqual(a, b)
+
     def test_dataloader_batches_are_torchs(self):
         ds = IndexDataset(10_007)
         ours = sdt.DistributedSampler(ds, 3, 1, seed=9, drop_last=True)
