@@ -71,6 +71,17 @@ void GlooCommunicator::do_allreduce(void* data, size_t count, DataType type, Red
 void GlooCommunicator::allreduce_native(void* user, size_t count, DataType type, ReduceOp base,
                                         const Stage& in, const Stage& out) {
   const size_t bytes = count * element_size(type);
+  if (tiered_) {  // Note [Shared-memory tier]
+    if (user != nullptr) {
+      tiered_allreduce(user, count, type, base);
+      return;
+    }
+    uint8_t* buffer = scratch(upcast_, bytes);
+    in(buffer);
+    tiered_allreduce(buffer, count, type, base);
+    out(buffer);
+    return;
+  }
   if (comm::choose_allreduce_tier(bytes, small_max_) == comm::AllreduceTier::kSmallSync) {
     const std::string key = std::string("allreduce/") + to_string(type) + "/" + to_string(base) +
                             "/" + std::to_string(count);
@@ -94,7 +105,14 @@ void GlooCommunicator::allreduce_native(void* user, size_t count, DataType type,
 }
 
 void GlooCommunicator::ring_allreduce(void* data, size_t count, DataType type, ReduceOp base) {
-  gloo::AllreduceOptions opts(async_ctx_);
+  gloo_allreduce(async_ctx_, tag_, data, count, type, base);
+}
+
+void GlooCommunicator::gloo_allreduce(const std::shared_ptr<gloo::rendezvous::Context>& ctx,
+                                      uint32_t& tag, void* data, size_t count, DataType type,
+                                      ReduceOp base) {
+  if (ctx->size == 1) return;
+  gloo::AllreduceOptions opts(ctx);
   switch (type) {
     case DataType::kFloat32:
       opts.setOutput(static_cast<float*>(data), count);
@@ -115,7 +133,7 @@ void GlooCommunicator::ring_allreduce(void* data, size_t count, DataType type, R
   opts.setReduceFunction([type, base](void* c, const void* a, const void* b, size_t n) {
     comm::reduce3(type, base, c, a, b, n);
   });
-  opts.setTag(tag_++);
+  opts.setTag(tag++);
   opts.setTimeout(timeout_);
   gloo::allreduce(opts);
 }

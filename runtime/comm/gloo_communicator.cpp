@@ -112,6 +112,7 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
       if (j != rank_) sync_ctx_->getPair(j)->setSync(true, false);
     }
     async_ctx_ = connect_mesh("async");
+    setup_shm_tier();  // Note [Shared-memory tier]
     publish_endpoints();
     // The mesh records of this rank's previous group on the prefix are spent
     // (Note [Rendezvous generations]).
@@ -413,7 +414,19 @@ void GlooCommunicator::abort_on_purpose() {
 
 void GlooCommunicator::close_connections() {
   connections_closed_ = true;
-  for (auto* ctx : {sync_ctx_.get(), async_ctx_.get()}) {
+  if (shm_) {
+    std::string why = "its communicator failed";
+    if (const std::exception_ptr error = state_->error()) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        why = e.what();
+      } catch (...) {
+      }
+    }
+    shm_->abort("rank " + std::to_string(rank_) + ": " + why);
+  }
+  for (auto* ctx : {sync_ctx_.get(), async_ctx_.get(), leaders_ctx_.get()}) {
     if (ctx == nullptr) continue;
     try {
       ctx->closeConnections();

@@ -37,6 +37,23 @@
 // and Gloo's newer API above; barrier is a one-element allreduce;
 // reduce-scatter is an allreduce of the whole buffer keeping this rank's block
 // (twice the bytes of a dedicated algorithm, which Gloo's newer API lacks).
+//
+// Note [Shared-memory tier]
+//   Ranks on one node do not need TCP to reduce: when a node holds several
+//   ranks of the communicator, they map one shared segment (shm_node.h) and
+//   an allreduce runs in tiers: the node's ranks reduce through shared memory
+//   (every rank ends with the result when the whole group is one node);
+//   across nodes, the node's first rank (its leader) allreduces with the
+//   other nodes' leaders over Gloo (the same tiers as above, on a mesh of the
+//   leaders only), then broadcasts the result through shared memory. Uneven
+//   layouts (4, 4, 3 ranks) and nodes with one rank work alike. Set up once,
+//   collectively: each rank enters itself in its node's roster in the store
+//   (node = SLURMD_NODENAME, else the host name), and the tier is used only
+//   if every node could set it up and SLURMDDP_SHM is not "0" on any rank
+//   (agreed through the store, so that every rank takes the same path). A
+//   group with one rank per node has nothing to gain and stays flat.
+//   Broadcast, allgather and barrier stay on the flat mesh; reduce-scatter,
+//   being an allreduce, takes the tiers.
 #pragma once
 
 #include <cstddef>

@@ -22,6 +22,7 @@
 #include "comm/gloo_failure.h"
 #include "comm/gloo_setup.h"
 #include "comm/gloo_work.h"
+#include "comm/shm_node.h"
 #include "membership/membership.h"
 #include "slurmddp/communicator.h"
 #include "slurmddp/gloo_communicator.h"
@@ -68,6 +69,7 @@ class GlooCommunicator final : public Communicator {
   void join(std::shared_ptr<membership::Membership> group);
   std::shared_ptr<gloo::rendezvous::Context> connect_mesh(const char* name);
   void publish_endpoints();
+  void setup_shm_tier();  // Note [Shared-memory tier]
 
   // Issuing (caller threads).
   void check_type(const char* verb, DataType type) const;
@@ -86,6 +88,10 @@ class GlooCommunicator final : public Communicator {
   void allreduce_native(void* user, size_t count, DataType type, ReduceOp base, const Stage& in,
                         const Stage& out);
   void ring_allreduce(void* data, size_t count, DataType type, ReduceOp base);
+  // `tag`: the context's own counter (every rank of the context counts alike).
+  void gloo_allreduce(const std::shared_ptr<gloo::rendezvous::Context>& ctx, uint32_t& tag,
+                      void* data, size_t count, DataType type, ReduceOp base);
+  void tiered_allreduce(void* data, size_t count, DataType type, ReduceOp base);
   void do_broadcast(void* data, size_t count, DataType type, int root);
   void do_allgather(const void* send, void* recv, size_t count, DataType type);
   void do_reduce_scatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
@@ -105,6 +111,14 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> sync_ctx_;
   std::shared_ptr<gloo::rendezvous::Context> async_ctx_;
+
+  // The shared-memory tier (Note [Shared-memory tier]): on when tiered_.
+  bool tiered_ = false;
+  int num_nodes_ = 0;
+  std::unique_ptr<ShmNode> shm_;  // null on a node with one rank
+  bool node_leader_ = false;
+  uint32_t leaders_tag_ = 0;
+  std::shared_ptr<gloo::rendezvous::Context> leaders_ctx_;  // the node leaders, when several
 
   // Worker-thread state.
   AlgorithmCache cache_{kCacheBudget};

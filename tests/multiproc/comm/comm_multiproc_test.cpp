@@ -4,6 +4,7 @@
 //
 // Every wait here has a deadline; at the end every process this test started
 // is killed (by PID) and reaped.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <time.h>
@@ -14,6 +15,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -40,7 +42,8 @@ std::string rank_binary() {
 // One rank process: its stdout is collected line by line on a thread.
 class RankProcess {
  public:
-  RankProcess(const std::vector<std::string>& args) : child_(args, options()) {
+  explicit RankProcess(const std::vector<std::string>& args, const slurmddp::support::Env& env = {})
+      : child_(args, options(env)) {
     reader_ = std::thread([this] { read_lines(); });
   }
 
@@ -74,8 +77,9 @@ class RankProcess {
   void reap() { child_.wait(slurmddp::support::Clock::time_point::max()); }
 
  private:
-  static slurmddp::support::SpawnOptions options() {
+  static slurmddp::support::SpawnOptions options(const slurmddp::support::Env& env) {
     slurmddp::support::SpawnOptions o;
+    o.env = env;
     o.out = slurmddp::support::Stdio::kPipe;
     return o;
   }
@@ -124,8 +128,10 @@ Result parse_result(const std::string& line) {
 // A group of rank processes sharing a TCP store hosted here.
 class Group {
  public:
+  // nodes[r]: rank r's SLURMD_NODENAME, the node it counts as (Note
+  // [Shared-memory tier]); empty: all on this machine's node.
   Group(const std::string& scenario, int size, std::chrono::milliseconds timeout, size_t count,
-        const std::vector<int>& ranks_to_start = {}) {
+        const std::vector<int>& ranks_to_start = {}, const std::string& nodes = "") {
     slurmddp::TcpStoreOptions so;
     so.is_server = true;
     so.port = 0;
@@ -140,10 +146,14 @@ class Group {
     }
     procs_.resize(static_cast<size_t>(size));
     for (int r : ranks) {
+      slurmddp::support::Env env;
+      if (!nodes.empty())
+        env["SLURMD_NODENAME"] = std::string("node-") + nodes[static_cast<size_t>(r)];
       procs_[static_cast<size_t>(r)] = std::make_unique<RankProcess>(
           std::vector<std::string>{rank_binary(), scenario, std::to_string(r), std::to_string(size),
                                    std::to_string(store_->port()), prefix,
-                                   std::to_string(timeout.count()), std::to_string(count)});
+                                   std::to_string(timeout.count()), std::to_string(count)},
+          env);
     }
   }
 
@@ -264,6 +274,84 @@ INSTANTIATE_TEST_SUITE_P(Gloo, StopOneRank,
                                            FailureCase{4, 1048579, 1}),
                          [](const ::testing::TestParamInfo<FailureCase>& i) {
                            return case_name(i.param);
+                         });
+
+// Note [Shared-memory tier]: node layouts given as one letter per rank (the
+// node of rank r), on this one machine: shared memory within a "node", the
+// node leaders' mesh across them.
+class Layouts : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Layouts, EveryCollectiveIsCorrect) {
+  const std::string nodes = GetParam();
+  const int n = static_cast<int>(nodes.size());
+  Group g("collectives", n, 60s, 0, {}, nodes);
+  for (int r = 0; r < n; ++r) {
+    const Result res = g.result(r, 300s);
+    EXPECT_EQ(res.kind, "ok") << "rank " << r << " (node " << nodes[static_cast<size_t>(r)]
+                              << "): " << res.text;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, Layouts,
+                         ::testing::Values("aab",       // a node with one rank
+                                           "abab",      // cyclic: leaders 0 and 1
+                                           "aaaabbbc",  // uneven 4, 3, 1
+                                           "ab"),       // one rank per node: no tier
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           return "nodes_" + i.param;
+                         });
+
+std::set<std::string> dev_shm() {
+  std::set<std::string> names;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) names.insert(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+struct TierFailure {
+  std::string nodes;
+  int victim;
+};
+
+class KillInTiers : public ::testing::TestWithParam<TierFailure> {};
+
+// A rank killed inside the tiers: every other rank fails within the timeout
+// naming it, and nothing is left in /dev/shm (Note [Shared-memory segment]).
+TEST_P(KillInTiers, EveryOtherRankFailsNamingItAndNothingIsLeft) {
+  const TierFailure tf = GetParam();
+  const auto before = dev_shm();
+  {
+    const int n = static_cast<int>(tf.nodes.size());
+    Group g("loop", n, kTimeout, 100003, {}, tf.nodes);
+    start_loop(g);
+    const long long killed_at = monotonic_ms();
+    g.rank(tf.victim).kill_now();
+    const std::string victim = std::to_string(tf.victim);
+    for (int r = 0; r < n; ++r) {
+      if (r == tf.victim) continue;
+      const Result res = g.result(r, kTimeout * 3);
+      ASSERT_TRUE(res.kind == "PeerError" || res.kind == "TimeoutError")
+          << "rank " << r << ": " << res.kind << " " << res.text;
+      EXPECT_TRUE(res.text.find("lost peer rank " + victim) != std::string::npos ||
+                  res.text.find("missing=[" + victim + "]") != std::string::npos)
+          << "rank " << r << ": " << res.text;
+      EXPECT_LE(res.at_ms - killed_at, kTimeout.count())
+          << "rank " << r << " failed " << res.at_ms - killed_at << " ms after the kill";
+    }
+  }
+  EXPECT_EQ(dev_shm(), before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, KillInTiers,
+                         ::testing::Values(TierFailure{"aaaa", 2},   // one node
+                                           TierFailure{"aabb", 3},   // a node's second rank
+                                           TierFailure{"aabb", 2},   // a node's leader
+                                           TierFailure{"aabb", 0}),  // the first node.s leader
+                         [](const ::testing::TestParamInfo<TierFailure>& i) {
+                           return "nodes_" + i.param.nodes + "_victim" +
+                                  std::to_string(i.param.victim);
                          });
 
 TEST(CommMultiproc, RankThatNeverStartsIsNamed) {

@@ -1,0 +1,144 @@
+// Note [Shared-memory tier] in gloo_communicator.h: its setup and the tiered
+// allreduce the worker runs.
+#include <gloo/allreduce.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/gloo_communicator.h"
+#include "comm/gloo_communicator_impl.h"
+#include "comm/gloo_store.h"
+#include "comm/reduce.h"
+#include "common/log.h"
+#include "slurmddp/error.h"
+
+namespace slurmddp::comm {
+
+namespace {
+
+std::string node_name() {
+  if (const char* n = std::getenv("SLURMD_NODENAME"); n != nullptr && *n != '\0') return n;
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+std::string text(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
+
+}  // namespace
+
+void GlooCommunicator::setup_shm_tier() {
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  const auto left = [&] {
+    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now()),
+                    std::chrono::milliseconds(0));
+  };
+  const std::string base = group_->key("shm");
+  const std::string node = node_name();
+  // The node's roster: every rank enters itself, then all meet.
+  const std::string roster = base + "/node/" + node;
+  const int64_t index = store_->add(roster + "/count", 1) - 1;
+  store_->set(roster + "/" + std::to_string(index),
+              std::to_string(rank_) + " " + std::to_string(getpid()));
+  store_barrier(*store_, base + "/roster", rank_, size_, left());
+  const int64_t local = std::stoll(text(store_->get(roster + "/count", left())));
+  std::vector<ShmPeer> peers;
+  for (int64_t i = 0; i < local; ++i) {
+    const std::string entry = text(store_->get(roster + "/" + std::to_string(i), left()));
+    ShmPeer p;
+    if (std::sscanf(entry.c_str(), "%d %d", &p.rank, &p.pid) != 2) {
+      throw ProtocolError("gloo: garbled shared-memory roster entry '" + entry + "' under " +
+                          roster);
+    }
+    peers.push_back(p);
+  }
+  std::sort(peers.begin(), peers.end(),
+            [](const ShmPeer& a, const ShmPeer& b) { return a.rank < b.rank; });
+  node_leader_ = peers.front().rank == rank_;
+  int64_t leader_index = -1;
+  if (node_leader_) {
+    leader_index = store_->add(base + "/leaders/count", 1) - 1;
+  }
+  // Whether this rank can take part: the switch, then the segment.
+  std::string why_not;
+  const char* env = std::getenv("SLURMDDP_SHM");
+  if (env != nullptr && std::string(env) == "0") {
+    why_not = "SLURMDDP_SHM=0";
+  } else if (env != nullptr && *env != '\0' && std::string(env) != "1") {
+    throw InvalidArgument("gloo: invalid SLURMDDP_SHM='" + std::string(env) +
+                          "': expected 1 (use shared memory within a node, the default) or 0; "
+                          "rank=" +
+                          std::to_string(rank_));
+  } else if (peers.size() > 1) {
+    ShmOptions o;
+    o.store = store_;
+    o.key = roster + "/segment";
+    o.peers = peers;
+    o.rank = rank_;
+    o.host = node;
+    o.deadline = deadline;
+    try {
+      shm_ = std::make_unique<ShmNode>(o);
+    } catch (const InvalidArgument&) {
+      throw;
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const Error& e) {
+      why_not = e.what();
+    }
+  }
+  if (!why_not.empty()) store_->add(base + "/off", 1);
+  store_barrier(*store_, base + "/agreed", rank_, size_, left());
+  const int64_t off =
+      store_->check({base + "/off"}) ? std::stoll(text(store_->get(base + "/off", left()))) : 0;
+  num_nodes_ = static_cast<int>(std::stoll(text(store_->get(base + "/leaders/count", left()))));
+  if (off > 0 || num_nodes_ == size_) {
+    shm_.reset();
+    SLURMDDP_LOG_DEBUG(kGlooComponent,
+                       "communicator '"
+                           << prefix_ << "': no shared-memory tier ("
+                           << (off > 0 ? std::to_string(off) + " rank(s) could not use it" +
+                                             (why_not.empty() ? "" : ": " + why_not)
+                                       : "one rank per node")
+                           << ")");
+    return;
+  }
+  if (num_nodes_ > 1 && node_leader_) {
+    leaders_ctx_ =
+        std::make_shared<gloo::rendezvous::Context>(static_cast<int>(leader_index), num_nodes_);
+    leaders_ctx_->setTimeout(timeout_);
+    GlooStoreAdapter adapter(store_, base + "/leaders/mesh/", timeout_);
+    try {
+      leaders_ctx_->connectFullMesh(adapter, device_);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw PeerError("gloo: failed to connect the node leaders' mesh of '" + prefix_ +
+                      "': " + strip_gloo_location(e.what()) + "; rank=" + std::to_string(rank_) +
+                      ", size=" + std::to_string(size_));
+    }
+  }
+  tiered_ = true;
+  SLURMDDP_LOG_DEBUG(kGlooComponent, "communicator '"
+                                         << prefix_ << "': shared-memory tier on " << node << ": "
+                                         << peers.size() << " local rank(s), " << num_nodes_
+                                         << " node(s)" << (node_leader_ ? ", leader" : ""));
+}
+
+void GlooCommunicator::tiered_allreduce(void* data, size_t count, DataType type, ReduceOp base) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  if (num_nodes_ == 1) {
+    shm_->allreduce(data, count, type, base, deadline);
+    return;
+  }
+  if (shm_) shm_->reduce_to_leader(data, count, type, base, deadline);
+  if (node_leader_) gloo_allreduce(leaders_ctx_, leaders_tag_, data, count, type, base);
+  if (shm_) shm_->broadcast_from_leader(data, count * element_size(type), deadline);
+}
+
+}  // namespace slurmddp::comm
