@@ -1,16 +1,23 @@
 #!/bin/bash
-# Allreduce float32 sum, 4 KiB ... 256 MiB, 2 and 4 ranks: slurm-ddp's Gloo
-# communicator (gloo_allreduce_bench) and torch 1.13's gloo backend
-# (torch_gloo_allreduce.py under /usr/bin/python3) in one run, alternating
-# round by round, then side by side: per size the median over rounds of each
-# side's median time, and busbw. Exit status 1 if either side reported wrong
-# results or failed.
+# Allreduce float32 sum, 4 KiB ... 256 MiB, 2 and 4 ranks on this machine, in
+# one run, alternating round by round:
+#   ours      slurm-ddp's Gloo communicator (gloo_allreduce_bench) as it runs
+#             by default: ranks of one node reduce through shared memory
+#             (Note [Shared-memory tier])
+#   ours-tcp  the same with SLURMDDP_SHM=0: everything over TCP (loopback)
+#   torch     torch 1.13's gloo backend (torch_gloo_allreduce.py, /usr/bin/python3)
+#   mpi-shm   with --mpi: OpenMPI's MPI_Allreduce over shared memory (btl vader)
+#   mpi-tcp   with --mpi: the same over TCP on loopback (btl tcp)
+# then side by side: per size the median over rounds of each side's median
+# time, its busbw, and ours' busbw over each other side's. Exit status 1 if any
+# side reported wrong results or failed.
 #
-# Usage: allreduce_side_by_side.sh --bench PATH [--ranks "2 4"] [--rounds R]
-#                                  [--min-bytes B] [--max-bytes B]
+# Usage: allreduce_side_by_side.sh --bench PATH [--mpi PATH] [--ranks "2 4"]
+#                                  [--rounds R] [--min-bytes B] [--max-bytes B]
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 bench=""
+mpi=""
 ranks="2 4"
 rounds=2
 min_bytes=4096
@@ -19,11 +26,12 @@ python=/usr/bin/python3
 while [ $# -gt 0 ]; do
   case "$1" in
     --bench) bench=$2; shift 2 ;;
+    --mpi) mpi=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --min-bytes) min_bytes=$2; shift 2 ;;
     --max-bytes) max_bytes=$2; shift 2 ;;
-    *) echo "usage: $0 --bench PATH [--ranks \"2 4\"] [--rounds R] [--min-bytes B] [--max-bytes B]" >&2
+    *) echo "usage: $0 --bench PATH [--mpi PATH] [--ranks \"2 4\"] [--rounds R] [--min-bytes B] [--max-bytes B]" >&2
        exit 2 ;;
   esac
 done
@@ -37,10 +45,19 @@ trap 'rm -rf "$out"' EXIT
 status=0
 for n in $ranks; do
   for r in $(seq 1 "$rounds"); do
-    "$bench" --ranks "$n" --min-bytes "$min_bytes" --max-bytes "$max_bytes" \
-      --ifname lo >"$out/ours.$n.$r" || status=1
-    GLOO_SOCKET_IFNAME=lo "$python" "$here/torch_gloo_allreduce.py" --ranks "$n" \
-      --min-bytes "$min_bytes" --max-bytes "$max_bytes" >"$out/torch.$n.$r" || status=1
+    sizes=(--min-bytes "$min_bytes" --max-bytes "$max_bytes")
+    "$bench" --ranks "$n" "${sizes[@]}" --ifname lo >"$out/ours.$n.$r" || status=1
+    SLURMDDP_SHM=0 "$bench" --ranks "$n" "${sizes[@]}" --ifname lo >"$out/ours-tcp.$n.$r" ||
+      status=1
+    GLOO_SOCKET_IFNAME=lo "$python" "$here/torch_gloo_allreduce.py" --ranks "$n" "${sizes[@]}" \
+      >"$out/torch.$n.$r" || status=1
+    if [ -n "$mpi" ]; then
+      run_mpi=(mpirun --oversubscribe -np "$n" --bind-to none)
+      [ "$(id -u)" = 0 ] && run_mpi+=(--allow-run-as-root)
+      "${run_mpi[@]}" --mca btl self,vader "$mpi" "${sizes[@]}" >"$out/mpi-shm.$n.$r" || status=1
+      "${run_mpi[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo "$mpi" "${sizes[@]}" \
+        >"$out/mpi-tcp.$n.$r" || status=1
+    fi
   done
 done
 
@@ -67,9 +84,10 @@ def rows(path):
     return table, preamble
 
 
+sides_all = ["ours", "ours-tcp", "torch", "mpi-shm", "mpi-tcp"]
 for n in ranks:
     sides = {}
-    for side in ("ours", "torch"):
+    for side in sides_all:
         per_size = {}
         for r in range(1, rounds + 1):
             table, preamble = rows(f"{out}/{side}.{n}.{r}")
@@ -77,30 +95,34 @@ for n in ranks:
                 print("\n".join(preamble))
             for size, (us, wrong) in table.items():
                 per_size.setdefault(size, []).append((us, wrong))
-        sides[side] = per_size
+        if per_size:
+            sides[side] = per_size
+    names = [s for s in sides_all if s in sides]
     factor = 2.0 * (int(n) - 1) / int(n)
     print(f"# side by side, {n} ranks: median over {rounds} round(s) of each side's median; "
-          f"GB = 1e9, busbw = algbw * {factor:g}")
-    print("#%13s %12s %8s %6s | %12s %12s %8s | %12s %12s %8s | %10s" % (
-        "size(B)", "count", "type", "redop", "time(us)", "busbw(GB/s)", "#wrong",
-        "torch us", "torch busbw", "#wrong", "busbw x"))
-    for size in sorted(set(sides["ours"]) | set(sides["torch"])):
-        cells = []
-        busbws = []
-        for side in ("ours", "torch"):
-            got = sides[side].get(size)
+          f"GB = 1e9, busbw = algbw * {factor:g}; 'x <side>' = ours' busbw / that side's")
+    head = "#%13s %12s %8s %6s" % ("size(B)", "count", "type", "redop")
+    for s in names:
+        head += " | %10s %11s %6s" % (s + " us", s + " busbw", "#wrong")
+    for s in names[1:]:
+        head += " %10s" % ("x " + s)
+    print(head)
+    for size in sorted(set().union(*[set(sides[s]) for s in names])):
+        line = " %13d %12d %8s %6s" % (size, size // 4, "float", "sum")
+        busbws = {}
+        for s in names:
+            got = sides[s].get(size)
             if not got:
-                cells.append("%12s %12s %8s" % ("-", "-", "-"))
-                busbws.append(None)
+                line += " | %10s %11s %6s" % ("-", "-", "-")
                 continue
             us = statistics.median(t for t, _ in got)
             wrong = sum(w for _, w in got)
-            bw = size / us / 1e3 * factor
-            busbws.append(bw)
-            cells.append("%12.1f %12.3f %8d" % (us, bw, wrong))
-        ratio = "%10.2f" % (busbws[0] / busbws[1]) if None not in busbws else "%10s" % "-"
-        print(" %13d %12d %8s %6s | %s | %s | %s" % (size, size // 4, "float", "sum", cells[0],
-                                                      cells[1], ratio))
+            busbws[s] = size / us / 1e3 * factor
+            line += " | %10.1f %11.3f %6d" % (us, busbws[s], wrong)
+        for s in names[1:]:
+            ok = "ours" in busbws and s in busbws and busbws[s] > 0
+            line += " %10s" % ("%.2f" % (busbws["ours"] / busbws[s]) if ok else "-")
+        print(line)
     print()
 EOF
 exit $status
