@@ -68,6 +68,15 @@ int main(int argc, char** argv) {
       bad += f[i] != static_cast<float>(w * (w + 1) / 2 * (i % 7 + 1));
       bad += m[i] != static_cast<int64_t>(w - 1) * 1000 + i;
     }
+    // Several pieces of the shared-memory tier (Note [Shared-memory tier]):
+    // 5,000,011 float64, exact in closed form.
+    std::vector<double> big(5000011);
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<double>((id.rank + 1) * (i % 13));
+    comm.allreduce(big.data(), big.size(), slurmddp::DataType::kFloat64, slurmddp::ReduceOp::kSum)
+        ->wait(pg->timeout());
+    for (size_t i = 0; i < big.size(); ++i) {
+      bad += big[i] != static_cast<double>(w * (w + 1) / 2) * static_cast<double>(i % 13);
+    }
     if (bad != 0) {
       std::fprintf(stderr, "runtime_probe: rank %d: %d wrong elements\n", id.rank, bad);
       return 1;

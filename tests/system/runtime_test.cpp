@@ -44,6 +44,35 @@ TEST(RuntimeSystem, InitFromThePluginsEnvironment) {
   }
 }
 
+// Note [Shared-memory tier] on real nodes: 2 x 4, uneven 4 + 3, and switched
+// off; the probe's closed-form checks include a multi-piece allreduce.
+TEST(RuntimeSystem, NodesReduceThroughSharedMemoryAndLeadersOverTcp) {
+  REQUIRE_CLUSTER();
+  for (const std::string args : {"-N 2 --ntasks-per-node=4", "-N 2 -n 7", "-N 1 -n 3"}) {
+    Result r = run("SLURMDDP_LOG_LEVEL=debug srun " + args + " " + runtime_probe(),
+                   std::chrono::seconds(120));
+    ASSERT_EQ(r.rc, 0) << args << "\n" << r.out << r.err;
+    // Each node's leader reports the tier with the node's rank count, as
+    // Slurm laid the step out.
+    std::set<std::string> expected;
+    const auto lines = parse_lines(r.out, "runtime ");
+    for (const auto& l : lines) {
+      const std::string local = l.at("local");
+      expected.insert("shared-memory tier on n" + std::to_string(std::stoi(l.at("node")) + 1) +
+                      ": " + local.substr(local.find('/') + 1) + " local rank(s), " +
+                      (args[3] == '2' ? "2" : "1") + " node(s), leader");
+    }
+    EXPECT_FALSE(lines.empty()) << r.out;
+    for (const auto& e : expected) EXPECT_THAT(r.err, HasSubstr(e)) << args;
+  }
+  Result off = run(
+      "SLURMDDP_SHM=0 SLURMDDP_LOG_LEVEL=debug srun -N 2 --ntasks-per-node=2 " + runtime_probe(),
+      std::chrono::seconds(120));
+  ASSERT_EQ(off.rc, 0) << off.err;
+  EXPECT_THAT(off.err,
+              HasSubstr("no shared-memory tier (4 rank(s) could not use it: SLURMDDP_SHM=0)"));
+}
+
 TEST(RuntimeSystem, InitUnderPmixUsesNoPort) {
   REQUIRE_CLUSTER();
   auto lines = run_probe("--mpi=pmix -n 8 --ntasks-per-node=4", 8);
