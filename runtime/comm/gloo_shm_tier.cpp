@@ -52,8 +52,9 @@ void GlooCommunicator::setup_shm_tier() {
     const std::string entry = text(store_->get(roster + "/" + std::to_string(i), left()));
     ShmPeer p;
     if (std::sscanf(entry.c_str(), "%d %d", &p.rank, &p.pid) != 2) {
-      throw ProtocolError("gloo: garbled shared-memory roster entry '" + entry + "' under " +
-                          roster);
+      std::string m = "gloo: garbled shared-memory roster entry '" + entry;
+      m += "' under " + roster;
+      throw ProtocolError(m);
     }
     peers.push_back(p);
   }

@@ -223,22 +223,34 @@ void ShmNode::wait_one(int j, Phase phase, uint32_t value, Clock::time_point dea
     if (header_->aborted.load(std::memory_order_acquire) != 0) fail_aborted(what);
     const auto now = Clock::now();
     const ShmPeer& peer = peers_[static_cast<size_t>(j)];
-    const std::string who =
-        "rank " + std::to_string(peer.rank) + " (pid " + std::to_string(peer.pid) + ") on " + host_;
-    const std::string me =
-        "; rank=" + std::to_string(peers_[static_cast<size_t>(local_)].rank) + ", host=" + host_;
+    // Only for messages: built when something went wrong.
+    const auto who = [&] {
+      std::string w = "rank " + std::to_string(peer.rank);
+      w += " (pid " + std::to_string(peer.pid) + ") on ";
+      w += host_;
+      return w;
+    };
+    const auto me = [&] {
+      std::string m = "; rank=" + std::to_string(peers_[static_cast<size_t>(local_)].rank);
+      m += ", host=" + host_;
+      return m;
+    };
     if (now >= next_check) {
       if (!alive(j)) {
-        abort(who + " died during " + what);
-        throw PeerError("shm: " + std::string(what) + " failed: " + who + " died (lost peer rank " +
-                        std::to_string(peer.rank) + ")" + me);
+        abort(who() + " died during " + what);
+        std::string m = "shm: " + std::string(what);
+        m += " failed: " + who();
+        m += " died (lost peer rank " + std::to_string(peer.rank) + ")";
+        throw PeerError(m + me());
       }
       next_check = now + kLivenessPeriod;
     }
     if (now >= deadline) {
-      abort(who + " did not arrive in time for " + what);
-      throw TimeoutError("shm: " + std::string(what) + " timed out waiting for " + who +
-                         " (missing=[" + std::to_string(peer.rank) + "])" + me);
+      abort(who() + " did not arrive in time for " + what);
+      std::string m = "shm: " + std::string(what);
+      m += " timed out waiting for " + who();
+      m += " (missing=[" + std::to_string(peer.rank) + "])";
+      throw TimeoutError(m + me());
     }
     header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = c.load(std::memory_order_seq_cst);
