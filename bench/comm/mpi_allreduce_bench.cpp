@@ -11,9 +11,6 @@
 //
 // Usage: mpirun -np N mpi_allreduce_bench [--min-bytes B] [--max-bytes B]
 //                                         [--factor F] [--iters R] [--warmup W]
-// The C API only: OpenMPI's deprecated C++ bindings do not compile warning-free.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <algorithm>
@@ -79,9 +76,9 @@ int main(int argc, char** argv) {
     const size_t count = bytes / sizeof(float);
     std::vector<float> src(count), buf(count);
     for (size_t i = 0; i < count; ++i) src[i] = input(rank, i);
-    const int reps = iters > 0 ? static_cast<int>(iters)
-                               : static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5,
-                                                                     200));
+    const int reps = iters > 0
+                         ? static_cast<int>(iters)
+                         : static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5, 200));
     const int warm = warmup >= 0 ? static_cast<int>(warmup) : (bytes >= (size_t{64} << 20) ? 1 : 3);
     for (int w = 0; w < warm; ++w) {
       std::memcpy(buf.data(), src.data(), bytes);

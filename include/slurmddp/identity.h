@@ -25,7 +25,7 @@
 
 namespace slurmddp {
 
-enum class IdentitySource { kPlugin, kTorchrun, kSlurm, kPmix };
+enum class IdentitySource { kPlugin, kTorchrun, kSlurm, kPmix, kMpi };
 const char* to_string(IdentitySource s);
 
 struct ProcessIdentity {

@@ -38,7 +38,7 @@
 
 namespace slurmddp {
 
-enum class Backend { kAuto, kGloo, kNccl };
+enum class Backend { kAuto, kGloo, kNccl, kMpi };
 enum class Bootstrap { kAuto, kTcp, kPmix };
 
 struct InitOptions {

@@ -18,8 +18,12 @@ std::exception_ptr BreakState::error() const {
 }
 
 GlooWork::GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state,
-                   std::chrono::milliseconds default_timeout)
-    : Work(default_timeout), what_(std::move(what)), rank_(rank), state_(std::move(state)) {}
+                   std::chrono::milliseconds default_timeout, std::string backend)
+    : Work(default_timeout),
+      what_(std::move(what)),
+      backend_(std::move(backend)),
+      rank_(rank),
+      state_(std::move(state)) {}
 
 void GlooWork::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(m_);
@@ -34,7 +38,7 @@ void GlooWork::wait(std::chrono::milliseconds timeout) {
   if (error_) std::rethrow_exception(error_);
   if (done_) return;
   auto timed_out = std::make_exception_ptr(
-      TimeoutError("gloo: failed to wait for " + what_ + ": not completed after " +
+      TimeoutError(backend_ + ": failed to wait for " + what_ + ": not completed after " +
                    std::to_string(timeout.count()) + " ms; the communicator is now broken; rank=" +
                    std::to_string(rank_) + ", timeout_ms=" + std::to_string(timeout.count())));
   lock.unlock();  // the diagnosis talks to the store for up to the grace period

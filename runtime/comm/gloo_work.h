@@ -44,7 +44,7 @@ class GlooWork final : public Work {
  public:
   // `what` names the operation in messages ("allreduce 1024 float32 ... op #3").
   GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state,
-           std::chrono::milliseconds default_timeout);
+           std::chrono::milliseconds default_timeout, std::string backend = "gloo");
   using Work::wait;
 
   // See Work::wait. A timeout breaks the communicator with a TimeoutError
@@ -62,6 +62,7 @@ class GlooWork final : public Work {
 
  private:
   const std::string what_;
+  const std::string backend_;  // the messages' prefix
   const int rank_;
   const std::shared_ptr<BreakState> state_;
   std::mutex m_;

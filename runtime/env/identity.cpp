@@ -301,6 +301,8 @@ const char* to_string(IdentitySource s) {
       return "slurm";
     case IdentitySource::kPmix:
       return "pmix";
+    case IdentitySource::kMpi:
+      return "mpi";
   }
   return "?";
 }

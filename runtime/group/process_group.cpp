@@ -24,6 +24,9 @@
 #if SLURMDDP_HAVE_PMIX
 #include "group/pmix_rendezvous.h"
 #endif
+#if SLURMDDP_HAVE_MPI
+#include "group/mpi_group.h"
+#endif
 
 namespace slurmddp {
 
@@ -182,9 +185,11 @@ Backend choose_backend(const InitOptions& options, const ProcessIdentity& id) {
         b = Backend::kGloo;
       } else if (*v == "nccl") {
         b = Backend::kNccl;
+      } else if (*v == "mpi") {
+        b = Backend::kMpi;
       } else if (*v != "auto" && !v->empty()) {
         throw InvalidArgument("init: invalid SLURMDDP_BACKEND='" + *v +
-                              "': expected gloo, nccl or auto");
+                              "': expected gloo, nccl, mpi or auto");
       }
     }
   }
@@ -288,6 +293,18 @@ std::shared_ptr<Store> rendezvous_store(const ProcessIdentity& id, Bootstrap boo
 }
 
 std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
+  const auto requested = getenv_opt("SLURMDDP_BACKEND");
+  if (options.backend == Backend::kMpi ||
+      (options.backend == Backend::kAuto && requested && *requested == "mpi")) {
+    // Note [MPI communicator]: MPI's own launch is the rendezvous, and its
+    // world the identity.
+#if SLURMDDP_HAVE_MPI
+    return init_mpi_backend(timeout_from_environment(options.timeout));
+#else
+    throw InvalidArgument(
+        "init: SLURMDDP_BACKEND=mpi, but this build has no MPI (meson -Dmpi=enabled)");
+#endif
+  }
   ProcessIdentity id = options.identity ? *options.identity : identity_from_environment();
   log::set_rank(id.rank);
   const std::chrono::milliseconds timeout = timeout_from_environment(options.timeout);

@@ -73,6 +73,34 @@ TEST(RuntimeSystem, NodesReduceThroughSharedMemoryAndLeadersOverTcp) {
               HasSubstr("no shared-memory tier (4 rank(s) could not use it: SLURMDDP_SHM=0)"));
 }
 
+// Note [MPI communicator] under Slurm: an OpenMPI program started by srun
+// --mpi=pmix that calls MPI itself and the runtime (init_from_mpi: every
+// collective, GradSync, the sampler); and init() with SLURMDDP_BACKEND=mpi.
+// On one node: the test cluster gives each node's eth0 two addresses, and
+// OpenMPI's TCP transport advertises one of them but connects from the other,
+// so its connections between these nodes are refused (a quirk of the test
+// cluster, not of the runtime; the mpirun tests cover 1-4 ranks).
+TEST(RuntimeSystem, AnMpiProgramUsesTheRuntimeUnderSrun) {
+  REQUIRE_CLUSTER();
+  const std::string mpi_rank = env_or_empty("SLURMDDP_MPI_RANK");
+  if (mpi_rank.empty()) GTEST_SKIP() << "SKIP: this build has no MPI (-Dmpi)";
+  Result r =
+      run("srun --mpi=pmix -N 1 -n 4 " + mpi_rank + " collectives", std::chrono::seconds(300));
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_EQ(captures(r.out, "(RESULT .*)"), (std::set<std::string>{"RESULT ok"})) << r.out;
+  size_t oks = 0;
+  for (size_t at = r.out.find("RESULT ok"); at != std::string::npos;
+       at = r.out.find("RESULT ok", at + 1)) {
+    ++oks;
+  }
+  EXPECT_EQ(oks, 4u) << r.out;
+  Result b = run("srun --mpi=pmix -N 1 -n 3 " + mpi_rank + " backend", std::chrono::seconds(300));
+  ASSERT_EQ(b.rc, 0) << b.out << b.err;
+  EXPECT_EQ(captures(b.out, "(RESULT .*)"),
+            (std::set<std::string>{"RESULT ok backend=mpi world=3"}))
+      << b.out;
+}
+
 TEST(RuntimeSystem, InitUnderPmixUsesNoPort) {
   REQUIRE_CLUSTER();
   auto lines = run_probe("--mpi=pmix -n 8 --ntasks-per-node=4", 8);
