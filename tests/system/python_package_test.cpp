@@ -63,11 +63,14 @@ TEST(PythonPackage, AStrangerIsRefusedAndLoggedWhileTheJobGoesOn) {
 
 TEST(PythonPackage, AMissingRankIsNamedWithItsNode) {
   REQUIRE_CLUSTER();
-  // Rank 3 (on n2) never starts Python; rank 2 on n2 vouches for it.
-  Result one =
-      run(with_package() + "SLURMDDP_TIMEOUT=5s srun -N 2 -n 4 --ntasks-per-node=2 bash -c '" +
-              "[ $SLURM_PROCID = 3 ] && exit 0; exec " + rank_script() + " allreduce'",
-          std::chrono::seconds(120));
+  // Rank 3 (on n2) never starts Python; rank 2 on n2 vouches for it. Slurm
+  // must not end the step when the first waiting rank fails, or the others
+  // could not say it too.
+  Result one = run(
+      with_package() +
+          "SLURMDDP_TIMEOUT=5s srun --kill-on-bad-exit=0 -N 2 -n 4 --ntasks-per-node=2 bash -c '" +
+          "[ $SLURM_PROCID = 3 ] && exit 0; exec " + rank_script() + " allreduce'",
+      std::chrono::seconds(120));
   EXPECT_NE(one.rc, 0);
   EXPECT_THAT(one.err, HasSubstr("slurmddp:// rendezvous: 3/4 ranks joined; missing: [3] "
                                  "(hosts: n2 [3])"));
@@ -75,10 +78,11 @@ TEST(PythonPackage, AMissingRankIsNamedWithItsNode) {
     EXPECT_THAT(one.err, HasSubstr(rank)) << "every waiting rank says it";
   }
   // Nobody from n2: its ranks are named with it.
-  Result node =
-      run(with_package() + "SLURMDDP_TIMEOUT=5s srun -N 2 -n 4 --ntasks-per-node=2 bash -c '" +
-              "[ $SLURMD_NODENAME = n2 ] && exit 0; exec " + rank_script() + " allreduce'",
-          std::chrono::seconds(120));
+  Result node = run(
+      with_package() +
+          "SLURMDDP_TIMEOUT=5s srun --kill-on-bad-exit=0 -N 2 -n 4 --ntasks-per-node=2 bash -c '" +
+          "[ $SLURMD_NODENAME = n2 ] && exit 0; exec " + rank_script() + " allreduce'",
+      std::chrono::seconds(120));
   EXPECT_NE(node.rc, 0);
   EXPECT_THAT(node.err, HasSubstr("2/4 ranks joined; missing: [2, 3] (hosts: n2 [2, 3], where "
                                   "no rank joined)"));
