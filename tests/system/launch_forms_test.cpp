@@ -76,7 +76,7 @@ TEST(LaunchForms, ArbitraryLayoutPutsTheMasterOnRankZerosNode) {
 
 TEST(LaunchForms, ArbitraryLayoutWithoutAHostfileIsStillRefused) {
   REQUIRE_CLUSTER();
-  Result r = run("srun -n 2 -m arbitrary -w n2,n1 " + probe());
+  Result r = run("srun --kill-on-bad-exit=0 -n 2 -m arbitrary -w n2,n1 " + probe());
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("failed to establish MASTER_ADDR"));
   EXPECT_THAT(r.err, HasSubstr("SLURM_HOSTFILE is not set in the step"));

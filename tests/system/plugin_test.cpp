@@ -380,7 +380,10 @@ class PluginBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(PluginBadInput, ClearErrorNonZeroExitNodesStayIdle) {
   REQUIRE_CLUSTER();
-  Result r = run(std::string("srun -N 2 -n 2 ") + GetParam().srun_args + " " + probe());
+  // Both tasks fail; Slurm must not end the step at the first, which can
+  // lose the other's message on its way to srun.
+  Result r = run(std::string("srun --kill-on-bad-exit=0 -N 2 -n 2 ") + GetParam().srun_args + " " +
+                 probe());
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr(GetParam().message));
   EXPECT_THAT(r.out, Not(HasSubstr("RANK=")));
