@@ -280,8 +280,8 @@ void ShmNode::abort(const std::string& reason) {
     const size_t n = std::min(reason.size(), sizeof header_->reason - 1);
     std::memcpy(header_->reason, reason.data(), n);
     header_->reason[n] = '\0';
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    header_->aborted.store(2, std::memory_order_seq_cst);  // the reason is complete
+    // A release store: whoever sees 2 sees the whole reason.
+    header_->aborted.store(2, std::memory_order_seq_cst);
   }
   for (int j = 0; j < local_size(); ++j) {
     for (Phase p : {kArrived, kReduced, kCopied}) futex_wake(&counter(j, p));
