@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,6 +25,9 @@ namespace {
 
 constexpr uint32_t kMagic = 0x5d0d5e9a;
 constexpr int kSpin = 256;
+// How long a wait keeps spinning before it sleeps when every local rank can
+// have a core of its own (Note [Shared-memory protocol]).
+constexpr auto kSpinBudget = std::chrono::microseconds(200);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 constexpr size_t kPage = 4096;
@@ -88,6 +92,11 @@ ShmNode::ShmNode(const ShmOptions& o)
   }
   local_ = static_cast<int>(me - peers_.begin());
   const size_t n = peers_.size();
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0 && static_cast<size_t>(CPU_COUNT(&cpus)) >= n) {
+    spin_budget_ = kSpinBudget;
+  }
   const size_t header = round_up(offsetof(Header, counters) + n * sizeof(Counter), kPage);
   map_bytes_ = header + n * round_up(slot_bytes_, kPage);
   const auto left = [&] {
@@ -216,6 +225,15 @@ void ShmNode::wait_one(int j, Phase phase, uint32_t value, Clock::time_point dea
   for (int i = 0; i < kSpin; ++i) {
     if (reached(c.load(std::memory_order_acquire), value)) return;
     cpu_relax();
+  }
+  if (spin_budget_.count() > 0) {
+    const auto until = Clock::now() + spin_budget_;
+    while (Clock::now() < until && header_->aborted.load(std::memory_order_relaxed) == 0) {
+      for (int i = 0; i < kSpin; ++i) {
+        if (reached(c.load(std::memory_order_acquire), value)) return;
+        cpu_relax();
+      }
+    }
   }
   auto next_check = Clock::now() + kLivenessPeriod;
   for (;;) {

@@ -23,8 +23,9 @@
 //     3. wait for every `reduced` = s, copy chunk j from slot j for every j
 //        into the user's buffer, copied := s.
 //   Each rank reads and writes L + 2 pieces' worth per piece. Waiting spins
-//   briefly, then sleeps on the counter with futex(2) (ranks may outnumber
-//   cores), waking when it changes. A wait checks its deadline and, every
+//   (up to 200 us when this rank may run on at least L cores, else a few
+//   hundred pauses), then sleeps on the counter with futex(2) (ranks may
+//   outnumber cores), waking when it changes. A wait checks its deadline and, every
 //   kLivenessPeriod, whether the ranks it waits for are alive: a dead one
 //   (gone, or a zombie) is named at once. A rank that fails marks the
 //   segment aborted with its reason; every waiting rank then fails too,
@@ -113,6 +114,7 @@ class ShmNode {
   uint8_t* base_ = nullptr;
   Header* header_ = nullptr;
   uint32_t seq_ = 0;  // pieces done
+  std::chrono::microseconds spin_budget_{0};
 };
 
 }  // namespace slurmddp::comm
