@@ -31,6 +31,8 @@ constexpr auto kSpinBudget = std::chrono::microseconds(200);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 constexpr size_t kPage = 4096;
+// The unit of the reduction of a rank's chunk: small enough to stay in L1.
+constexpr size_t kReduceBlockBytes = 16384;
 
 size_t round_up(size_t n, size_t to) {
   return (n + to - 1) / to * to;
@@ -319,21 +321,33 @@ void ShmNode::pieces(void* data, size_t count, DataType type, ReduceOp op, bool 
     uint8_t* piece = bytes + first * esize;
     const uint32_t s = ++seq_;
     auto lo = [&](int k) { return n * static_cast<size_t>(k) / static_cast<size_t>(n_local); };
-    // 1. my slot is free once everyone is done with the previous piece
-    wait_all(kCopied, s - 1, 0, n_local, deadline, what);
-    std::memcpy(slot(local_), piece, n * esize);
-    publish(kArrived, s);
-    // 2. my chunk of every slot, into my slot
-    wait_all(kArrived, s, 0, n_local, deadline, what);
     const size_t a = lo(local_), b = lo(local_ + 1);
-    for (int j = 0; j < n_local; ++j) {
-      if (j != local_ && b > a) reduce(slot(local_) + a * esize, slot(j) + a * esize, b - a);
+    // 1. my slot is free once everyone is done with the previous piece; the
+    //    others' chunks of my piece go into it (mine stays in my buffer)
+    wait_all(kCopied, s - 1, 0, n_local, deadline, what);
+    std::memcpy(slot(local_), piece, a * esize);
+    std::memcpy(slot(local_) + b * esize, piece + b * esize, (n - b) * esize);
+    publish(kArrived, s);
+    // 2. my chunk of every slot into my buffer, block by block so that the
+    //    block stays in cache across the L - 1 sources; then the result into
+    //    my slot for the others (in a reduce to the leader, only the leader
+    //    reads it)
+    wait_all(kArrived, s, 0, n_local, deadline, what);
+    const size_t block = std::max<size_t>(kReduceBlockBytes / esize, 1);
+    const bool share = n_local > 1 && (everyone || !leader());
+    for (size_t x = a; x < b; x += block) {
+      const size_t m = std::min(block, b - x);
+      for (int j = 0; j < n_local; ++j) {
+        if (j != local_) reduce(piece + x * esize, slot(j) + x * esize, m);
+      }
+      if (share) std::memcpy(slot(local_) + x * esize, piece + x * esize, m * esize);
     }
     publish(kReduced, s);
-    // 3. everyone's chunk into the user's buffer
+    // 3. everyone else's chunk into my buffer
     if (everyone || leader()) {
       for (int j = 0; j < n_local; ++j) {
-        if (j != local_) wait_one(j, kReduced, s, deadline, what);
+        if (j == local_) continue;
+        wait_one(j, kReduced, s, deadline, what);
         const size_t ja = lo(j), jb = lo(j + 1);
         std::memcpy(piece + ja * esize, slot(j) + ja * esize, (jb - ja) * esize);
       }

@@ -17,12 +17,18 @@
 //   arrived, reduced, copied. An allreduce runs in pieces of up to slot_bytes;
 //   piece s (a sequence number every local rank counts alike):
 //     1. wait until every rank's `copied` reached s-1 (nobody still reads this
-//        rank's slot), copy this rank's piece into its slot, arrived := s;
-//     2. wait for every `arrived` = s, reduce chunk k (this rank's share, 1/L
-//        of the piece) of every slot into this rank's own slot, reduced := s;
-//     3. wait for every `reduced` = s, copy chunk j from slot j for every j
-//        into the user's buffer, copied := s.
-//   Each rank reads and writes L + 2 pieces' worth per piece. Waiting spins
+//        rank's slot), copy the piece into the slot except chunk k (this
+//        rank's share, 1/L of the piece), arrived := s;
+//     2. wait for every `arrived` = s, reduce chunk k of every other slot
+//        into the user's buffer, a cache-sized block at a time, and copy each
+//        reduced block into chunk k of the slot, reduced := s;
+//     3. wait for every `reduced` = s, copy chunk j from slot j for every
+//        other j into the user's buffer, copied := s.
+//   In a reduce to the leader only the leader does step 3, and the others'
+//   buffers are left partly reduced (the broadcast overwrites them).
+//   Each rank moves 5 - 2/L pieces' worth of memory per piece (reads plus
+//   writes), against 7 - 3/L with whole copies in and out and one pass over
+//   the chunk per source. Waiting spins
 //   (up to 200 us when this rank may run on at least L cores, else a few
 //   hundred pauses), then sleeps on the counter with futex(2) (ranks may
 //   outnumber cores), waking when it changes. A wait checks its deadline and, every
