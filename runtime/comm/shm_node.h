@@ -62,7 +62,10 @@ struct ShmOptions {
   std::vector<ShmPeer> peers;  // the node's ranks, sorted by rank, this one included
   int rank = 0;                // this rank in the communicator
   std::string host;            // for messages
-  size_t slot_bytes = size_t{4} << 20;
+  // Small enough that the node's slots stay in the last-level cache (the
+  // user's buffers stream through memory, the slots do not): 512 KiB was
+  // 1.5-2x faster than 4 MiB at 2-64 MiB on 2 and 4 ranks.
+  size_t slot_bytes = size_t{512} << 10;
   std::chrono::steady_clock::time_point deadline{};  // of the setup
 };
 
