@@ -10,6 +10,9 @@ repetitions. GB = 1e9, busbw = algbw * 2(n-1)/n. Exit status 1 on any wrong
 element.
 
 Run it with /usr/bin/python3 (Debian's python3-torch is only importable there).
+With --from-environment every task is a rank of init_process_group("gloo",
+"env://") under srun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as the
+slurm-ddp plugin exports them (GLOO_SOCKET_IFNAME names the interface).
 """
 import argparse
 import os
@@ -35,16 +38,25 @@ def worker(rank, args, port):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=args.ranks)
-    n = args.ranks
+    if port is None:
+        dist.init_process_group("gloo", init_method="env://")
+        rank = dist.get_rank()
+        where = "ranks under the launcher (env://)"
+    else:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=args.ranks)
+        where = "ranks as processes"
+    n = dist.get_world_size()
+    hosts = [None] * n
+    dist.all_gather_object(hosts, f"{socket.gethostname()}/{os.getpid()}")
     if rank == 0:
         print("# torch allreduce benchmark: torch.distributed gloo backend "
               "(bench/comm/torch_gloo_allreduce.py)")
-        print(f"# torch {torch.__version__}, {n} ranks as processes, "
+        print(f"# torch {torch.__version__}, {n} {where}, "
               f"GLOO_SOCKET_IFNAME={os.environ.get('GLOO_SOCKET_IFNAME', '')}")
         print("# per size: untimed warm-up, repetitions from a barrier, time = median over "
               "repetitions of the slowest rank; GB = 1e9, busbw = algbw * 2(n-1)/n")
+        print("# rank:host/pid" + "".join(f" {r}:{h}" for r, h in enumerate(hosts)))
         print("#%13s %12s %8s %6s %12s %12s %12s %8s" % (
             "size(B)", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
             "#wrong"))
@@ -103,9 +115,13 @@ def main():
     p.add_argument("--factor", type=int, default=2)
     p.add_argument("--iters", type=int, default=0)
     p.add_argument("--warmup", type=int, default=-1)
+    p.add_argument("--from-environment", action="store_true",
+                   help="be one rank of init_process_group('gloo', 'env://'), as under srun")
     p.add_argument("--worker-rank", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--worker-port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.from_environment:
+        return worker(-1, args, None)
     if args.worker_rank >= 0:
         return worker(args.worker_rank, args, args.worker_port)
 
