@@ -224,19 +224,14 @@ void ShmNode::fail_aborted(const char* what) {
 void ShmNode::wait_one(int j, Phase phase, uint32_t value, Clock::time_point deadline,
                        const char* what) {
   auto& c = counter(j, phase);
-  for (int i = 0; i < kSpin; ++i) {
-    if (reached(c.load(std::memory_order_acquire), value)) return;
-    cpu_relax();
-  }
-  if (spin_budget_.count() > 0) {
-    const auto until = Clock::now() + spin_budget_;
-    while (Clock::now() < until && header_->aborted.load(std::memory_order_relaxed) == 0) {
-      for (int i = 0; i < kSpin; ++i) {
-        if (reached(c.load(std::memory_order_acquire), value)) return;
-        cpu_relax();
-      }
+  // kSpin pauses at least, then more until spin_budget_ has passed.
+  const auto spin_until = Clock::now() + spin_budget_;
+  do {
+    for (int i = 0; i < kSpin; ++i) {
+      if (reached(c.load(std::memory_order_acquire), value)) return;
+      cpu_relax();
     }
-  }
+  } while (Clock::now() < spin_until && header_->aborted.load(std::memory_order_relaxed) == 0);
   auto next_check = Clock::now() + kLivenessPeriod;
   for (;;) {
     if (reached(c.load(std::memory_order_acquire), value)) return;

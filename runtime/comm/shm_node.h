@@ -28,14 +28,12 @@
 //   buffers are left partly reduced (the broadcast overwrites them).
 //   Each rank moves 5 - 2/L pieces' worth of memory per piece (reads plus
 //   writes), against 7 - 3/L with whole copies in and out and one pass over
-//   the chunk per source. Waiting spins
-//   (up to 200 us when this rank may run on at least L cores, else a few
-//   hundred pauses), then sleeps on the counter with futex(2) (ranks may
-//   outnumber cores), waking when it changes. A wait checks its deadline and, every
-//   kLivenessPeriod, whether the ranks it waits for are alive: a dead one
-//   (gone, or a zombie) is named at once. A rank that fails marks the
-//   segment aborted with its reason; every waiting rank then fails too,
-//   naming it.
+//   the chunk per source. Waiting spins (up to 200 us when this rank may run
+//   on at least L cores, else a few hundred pauses), then sleeps on the
+//   counter with futex(2) (ranks may outnumber cores), waking when it
+//   changes. A wait checks its deadline and, every kLivenessPeriod, whether the ranks it waits for
+//   are alive: a dead one (gone, or a zombie) is named at once. A rank that fails marks the segment
+//   aborted with its reason; every waiting rank then fails too, naming it.
 #pragma once
 
 #include <atomic>
