@@ -10,8 +10,9 @@
 //     of a heterogeneous step (see export_token).
 //   slurmstepd (remote): user_init plans the step once per node (MASTER_ADDR,
 //     MASTER_PORT, ...). task_init applies it to each task, and is where failures
-//     are reported: a failing task_init makes srun exit non-zero, while a failing
-//     user_init would not (Slurm 22.05), and neither drains the node.
+//     are reported: a failing task_init makes srun exit non-zero on every Slurm,
+//     a failing user_init only from 23.11 (Note [Slurm versions]), and neither
+//     drains the node.
 //   slurmd and prolog/epilog contexts do nothing and never fail: an error there
 //     would drain nodes.
 #include <unistd.h>
@@ -34,6 +35,7 @@ extern "C" {
 #include "parse.h"
 #include "rendezvous.h"
 #include "settings.h"
+#include "slurm_compat.h"
 #include "token.h"
 
 // Built with hidden visibility; these and the slurm_spank_* hooks are the only exports
@@ -44,10 +46,15 @@ SLURMDDP_EXPORT extern const char plugin_name[] = "ddp";
 SLURMDDP_EXPORT extern const char plugin_type[] = "spank";
 SLURMDDP_EXPORT extern const unsigned int plugin_version = SLURM_VERSION_NUMBER;
 SLURMDDP_EXPORT extern const unsigned int spank_plugin_version = 1;
+#if SLURMDDP_SLURM_HAS_INIT_FAILURE_MODE
+// slurm_spank_init never fails; were it to, the job is at fault, not the node.
+SLURMDDP_EXPORT int slurm_spank_init_failure_mode = ESPANK_JOB_FAILURE;
+#endif
 }
 
 namespace launch = slurmddp::launch;
 namespace plugin = slurmddp::plugin;
+namespace compat = slurmddp::plugin::compat;
 
 namespace {
 
@@ -105,7 +112,7 @@ uint32_t item_u32(spank_t sp, spank_item_t item, const char* what) {
 }
 
 std::string first_node_of(const std::string& nodelist) {
-  hostlist_t hl = slurm_hostlist_create(nodelist.c_str());
+  compat::Hostlist hl = slurm_hostlist_create(nodelist.c_str());
   if (hl == nullptr) throw launch::LaunchError("invalid SLURM_STEP_NODELIST='" + nodelist + "'");
   char* host = slurm_hostlist_shift(hl);
   std::string out = host != nullptr ? host : "";
