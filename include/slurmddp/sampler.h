@@ -6,7 +6,9 @@
 // up. Two permutation families sit behind one interface:
 //
 //  * SamplerMode::kTorch reproduces torch.utils.data.distributed.DistributedSampler
-//    (PyTorch 1.13) index for index: for the same (n, num_replicas, rank,
+//    of the PyTorch release SamplerOptions::torch_release names (2.6 and later
+//    by default, or any release before 2.6: they differ only for n >= 2^32/20,
+//    see TorchRelease) index for index: for the same (n, num_replicas, rank,
 //    shuffle, seed, epoch, drop_last) it yields exactly the same indices in the
 //    same order, including wrap-around padding to ceil(n/R)*R, drop_last
 //    truncation, the strided shard indices[rank:total:R] and the shuffle of
@@ -18,9 +20,10 @@
 //    epochs negative and beyond 2^32, shuffle and drop_last on and off -- plus
 //    n in {2^24 - 1, 2^24, 2^24 + 1}, comparing every index; and by the `slow`
 //    suite test, which compares torch.randperm at n = 214,748,370 (above the
-//    2^32/20 size where later PyTorch releases switched algorithm) in full.
-//    Parity is therefore proven for n <= 2^21 and at those sizes; the
-//    algorithm has no other size threshold below 2^32. seed + epoch wraps in
+//    2^32/20 size where PyTorch 2.6 switched algorithm) in full, against the
+//    installed PyTorch's release. CI runs both against PyTorch 1.13 and 2.6.
+//    Parity is therefore proven for n <= 2^21 and at those sizes; neither
+//    algorithm has another size threshold below 2^32. seed + epoch wraps in
 //    64 bits, which matches Python's exact sum wherever torch's manual_seed
 //    accepts that sum ([-2^63, 2^64)).
 //    Costs O(n) time and 4n bytes of memory while set_epoch() shuffles, then
@@ -72,6 +75,21 @@ constexpr int64_t kSamplerAutoTorchMaxSize = int64_t{1} << 24;
 // kTorch stores indices as 32-bit values: n must not exceed this.
 constexpr int64_t kSamplerTorchMaxSize = int64_t{0xffffffff};
 
+// The PyTorch release whose torch.randperm SamplerMode::kTorch reproduces.
+// Every release draws the same permutation for n < kTorchRandpermSplit; from
+// there on, 2.6 and later use a 64-bit "inside-out" shuffle (uniform where the
+// 32-bit modulo of earlier releases is biased), so the orders differ.
+enum class TorchRelease { k2_6AndLater, kBefore2_6 };
+constexpr int64_t kTorchRandpermSplit = int64_t{0xffffffff} / 20;  // 214,748,364
+
+// "2.6+" or "<2.6".
+const char* to_string(TorchRelease release);
+
+// The release a PyTorch version string ("2.6.0+debian", "1.13.0a0", "2.10.1")
+// belongs to. Throws InvalidArgument naming the text when it does not start
+// with <major>.<minor>.
+TorchRelease torch_release_of(const std::string& version);
+
 struct SamplerOptions {
   // Shuffle per epoch; false visits indices in dataset order (both modes).
   bool shuffle = true;
@@ -86,6 +104,10 @@ struct SamplerOptions {
   // drop_last.
   bool evaluation = false;
   SamplerMode mode = SamplerMode::kAuto;
+  // kTorch: the PyTorch release to match (the Python package passes the
+  // installed one). Part of the configuration only where it changes the order
+  // (kTorch, shuffle, n >= kTorchRandpermSplit).
+  TorchRelease torch_release = TorchRelease::k2_6AndLater;
   // The epoch the sampler starts at. Not part of the configuration (states of
   // any epoch load into the sampler); it spares kTorch a shuffle of epoch 0
   // when a job starts or resumes at a later epoch.

@@ -26,6 +26,7 @@ from datetime import timedelta
 from typing import Any, Dict, Iterator, List, Optional, Sized, Tuple, Union
 from urllib.parse import parse_qs, urlparse
 
+import torch
 import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler as _TorchDistributedSampler
 
@@ -153,9 +154,10 @@ class DistributedSampler(_TorchDistributedSampler):
     ``epoch``, ``num_samples``, ``total_size``, ``shuffle``, ``seed``,
     ``drop_last``), backed by slurm-ddp's C++ sampler:
 
-    * ``mode="torch"`` yields exactly torch's indices (PyTorch 1.13; proven
-      for datasets up to 2**21 samples and at 2**24, and at 214,748,370 in
-      full); ``mode="scalable"`` a keyed permutation in O(1) memory at any
+    * ``mode="torch"`` yields exactly the installed torch's indices (torch
+      2.6 shuffles differently from 214,748,364 samples on, and the sampler
+      follows the release it runs with; proven against torch 1.13 and 2.6 for
+      datasets up to 2**21 samples and at 2**24, and at 214,748,370 in full); ``mode="scalable"`` a keyed permutation in O(1) memory at any
       size (a different order); ``"auto"`` (default) is ``"torch"`` up to
       2**24 samples and ``"scalable"`` above, where torch's list of every
       index costs gigabytes per rank.
@@ -204,7 +206,8 @@ class DistributedSampler(_TorchDistributedSampler):
         self.evaluation = evaluation
         self.block_size = block_size
         self._config = dict(n=n, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
-                            seed=seed, drop_last=drop_last, evaluation=evaluation, mode=mode)
+                            seed=seed, drop_last=drop_last, evaluation=evaluation, mode=mode,
+                            torch_version=torch.__version__)
         self._sampler = self._make_core()
         self.num_samples = len(self._sampler)
         self.total_size = self._sampler.total_size

@@ -8,6 +8,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 
 #include "bindings.h"
@@ -88,16 +89,19 @@ void bind_sampler(py::module_& m) {
 The shard of one rank of a shuffled dataset, per epoch (slurmddp/sampler.h).
 
 mode 'torch' reproduces torch.utils.data.DistributedSampler index for index
-(PyTorch 1.13, for n <= 2**32 - 1; costs 4 bytes per index of the dataset while
-an epoch is shuffled); 'scalable' draws a keyed permutation in O(1) memory for
+(of the PyTorch named by torch_version, default: 2.6 or later; releases differ
+from 214,748,364 samples on; n <= 2**32 - 1; costs 4 bytes per index of the
+dataset while an epoch is shuffled); 'scalable' draws a keyed permutation in O(1) memory for
 any n; 'auto' is 'torch' up to 2**24 samples and 'scalable' above. Evaluation
 mode visits every index exactly once across ranks (no padding).
 
 The sampler has a cursor: take()/take_list() hand out the next indices,
 state()/load_state() save and restore where it stands.)doc")
       .def(py::init([](int64_t n, int64_t num_replicas, int64_t rank, bool shuffle, int64_t seed,
-                       bool drop_last, bool evaluation, const std::string& mode, int64_t epoch) {
+                       bool drop_last, bool evaluation, const std::string& mode, int64_t epoch,
+                       const std::optional<std::string>& torch_version) {
              SamplerOptions o;
+             if (torch_version) o.torch_release = torch_release_of(*torch_version);
              o.shuffle = shuffle;
              o.seed = seed;
              o.drop_last = drop_last;
@@ -109,7 +113,8 @@ state()/load_state() save and restore where it stands.)doc")
            }),
            py::arg("n"), py::arg("num_replicas"), py::arg("rank"), py::kw_only(),
            py::arg("shuffle") = true, py::arg("seed") = 0, py::arg("drop_last") = false,
-           py::arg("evaluation") = false, py::arg("mode") = "auto", py::arg("epoch") = 0)
+           py::arg("evaluation") = false, py::arg("mode") = "auto", py::arg("epoch") = 0,
+           py::arg("torch_version") = py::none())
       .def("set_epoch", &DistributedSampler::set_epoch, py::arg("epoch"),
            py::call_guard<py::gil_scoped_release>(),
            "Selects the permutation of `epoch` and rewinds the cursor.")
@@ -124,6 +129,10 @@ state()/load_state() save and restore where it stands.)doc")
       .def_property_readonly(
           "mode", [](const DistributedSampler& s) { return to_string(s.mode()); },
           "The mode in effect: 'torch' or 'scalable'.")
+      .def_property_readonly(
+          "torch_release",
+          [](const DistributedSampler& s) { return to_string(s.options().torch_release); },
+          "The PyTorch releases whose order mode 'torch' reproduces: '2.6+' or '<2.6'.")
       .def_property_readonly("shuffle",
                              [](const DistributedSampler& s) { return s.options().shuffle; })
       .def_property_readonly("seed", [](const DistributedSampler& s) { return s.options().seed; })

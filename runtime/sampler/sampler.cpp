@@ -34,6 +34,7 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 // Gives kScalable keys their own stream, unrelated to any other use of mix64.
 constexpr uint64_t kScalableKeyTag = 0x736c75726d646470ull;  // "slurmddp"
 constexpr uint64_t kFingerprintVersion = 1;
+static_assert(sampler::kTorchRandpermSplit == kTorchRandpermSplit, "one split size");
 constexpr const char* kStateMagic = "slurmddp-sampler";
 constexpr const char* kStateVersion = "v1";
 
@@ -107,6 +108,11 @@ uint64_t compute_fingerprint(int64_t n, int64_t num_replicas, int64_t rank, cons
   for (uint64_t f : fields) {
     h = mix64(h ^ mix64(f + 0x9e3779b97f4a7c15ull));
   }
+  // The PyTorch release counts only where it changes the order, so that states
+  // saved before it was an option still load wherever the order is the same.
+  if (mode == SamplerMode::kTorch && o.shuffle && n >= kTorchRandpermSplit) {
+    h = mix64(h ^ mix64(static_cast<uint64_t>(o.torch_release) + 1 + 0x9e3779b97f4a7c15ull));
+  }
   return h;
 }
 
@@ -128,6 +134,25 @@ const char* to_string(SamplerMode mode) {
       return "scalable";
   }
   return "unknown";
+}
+
+const char* to_string(TorchRelease release) {
+  return release == TorchRelease::kBefore2_6 ? "<2.6" : "2.6+";
+}
+
+TorchRelease torch_release_of(const std::string& version) {
+  unsigned major = 0;
+  unsigned minor = 0;
+  int used = 0;
+  if (std::sscanf(version.c_str(), "%u.%u%n", &major, &minor, &used) != 2 || used == 0 ||
+      !std::isdigit(static_cast<unsigned char>(version[0]))) {
+    throw InvalidArgument(
+        "sampler: failed to read a PyTorch version: expected <major>.<minor>...; "
+        "version='" +
+        version + "'");
+  }
+  return (major > 2 || (major == 2 && minor >= 6)) ? TorchRelease::k2_6AndLater
+                                                   : TorchRelease::kBefore2_6;
 }
 
 // ---- SamplerState ----
@@ -265,7 +290,8 @@ void DistributedSampler::build_epoch() {
     const uint64_t seed = static_cast<uint64_t>(options_.seed) + static_cast<uint64_t>(epoch_);
     const auto n = static_cast<size_t>(n_);
     BigBuffer<uint32_t> perm(n);
-    sampler::torch_randperm(seed, static_cast<uint32_t>(n_), perm.data());
+    sampler::torch_randperm(seed, static_cast<uint32_t>(n_), perm.data(),
+                            options_.torch_release == TorchRelease::k2_6AndLater);
     if (size_ == n_ && num_replicas_ == 1) {
       epoch->table = std::move(perm);  // the shard is the whole permutation
     } else {

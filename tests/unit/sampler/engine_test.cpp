@@ -70,6 +70,29 @@ TEST(TorchRandperm, EqualsNaiveFisherYates) {
   }
 }
 
+TEST(TorchRandperm, InsideOutEqualsNaiveInsideOut) {
+  // PyTorch 2.6's algorithm above 2^32/20, checked at small sizes (the slow
+  // suite compares the full size with the installed torch where it is 2.6+).
+  const uint32_t sizes[] = {0, 1, 2, 3, 311, 312, 313, 624, 4095, 4096, 4097, 8193, 65537};
+  const uint64_t seeds[] = {0, 1, 31337, 0xfffffffffull};
+  for (uint32_t n : sizes) {
+    for (uint64_t seed : seeds) {
+      std::vector<uint32_t> got(n);
+      torch_randperm_inside_out(seed, n, got.data());
+      const std::vector<int64_t> want = sampler_test::naive_randperm_inside_out(seed, n);
+      for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_EQ(static_cast<int64_t>(got[i]), want[i])
+            << "n=" << n << " seed=" << seed << " i=" << i;
+      }
+    }
+  }
+  // Below the split both releases draw the classic shuffle.
+  std::vector<uint32_t> classic(5000), since(5000);
+  torch_randperm(9, 5000, classic.data(), false);
+  torch_randperm(9, 5000, since.data(), true);
+  EXPECT_EQ(classic, since);
+}
+
 TEST(TorchRandperm, SeedUsesLowThirtyTwoBitsOnly) {
   std::vector<uint32_t> a(1000), b(1000);
   torch_randperm(77, 1000, a.data());

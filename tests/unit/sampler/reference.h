@@ -23,6 +23,22 @@ inline std::vector<int64_t> naive_randperm(uint64_t seed, int64_t n) {
   return r;
 }
 
+// PyTorch 2.6's randperm for n >= 2^32/20, line by line: the "inside-out"
+// Fisher-Yates with 64-bit draws (first 32-bit word high, second low).
+inline std::vector<int64_t> naive_randperm_inside_out(uint64_t seed, int64_t n) {
+  std::vector<int64_t> r(static_cast<size_t>(n));
+  std::mt19937 gen(static_cast<std::mt19937::result_type>(seed & 0xffffffffu));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t hi = gen();
+    const uint64_t lo = gen();
+    const auto z = static_cast<int64_t>(((hi << 32) | lo) % static_cast<uint64_t>(i + 1));
+    r[static_cast<size_t>(i)] = i;
+    r[static_cast<size_t>(i)] = r[static_cast<size_t>(z)];
+    r[static_cast<size_t>(z)] = i;
+  }
+  return r;
+}
+
 // torch.utils.data.distributed.DistributedSampler.__iter__, line by line, over a
 // given permutation (`indices`, the shuffled or unshuffled list).
 inline std::vector<int64_t> naive_torch_shard(std::vector<int64_t> indices, int64_t replicas,

@@ -378,6 +378,31 @@ TEST(Sampler, LoadStateRefusesAnotherConfigurationOrPosition) {
   EXPECT_EQ(a.fingerprint(), state.fingerprint);
 }
 
+TEST(Sampler, TorchReleaseOfAVersionString) {
+  EXPECT_EQ(torch_release_of("2.6.0+debian"), TorchRelease::k2_6AndLater);
+  EXPECT_EQ(torch_release_of("2.10.1"), TorchRelease::k2_6AndLater);
+  EXPECT_EQ(torch_release_of("3.0"), TorchRelease::k2_6AndLater);
+  EXPECT_EQ(torch_release_of("2.5.1+cu124"), TorchRelease::kBefore2_6);
+  EXPECT_EQ(torch_release_of("1.13.0a0"), TorchRelease::kBefore2_6);
+  for (const char* bad : {"", "2", "v2.6", "two.six", "-1.0"}) {
+    EXPECT_THAT(error_of([&] { torch_release_of(bad); }),
+                HasSubstr(std::string("version='") + bad + "'"));
+  }
+  EXPECT_STREQ(to_string(TorchRelease::k2_6AndLater), "2.6+");
+  EXPECT_STREQ(to_string(TorchRelease::kBefore2_6), "<2.6");
+}
+
+TEST(Sampler, BelowTheSplitEveryTorchReleaseGivesTheSameOrderAndState) {
+  // Below kTorchRandpermSplit every release draws the same order: states move freely.
+  SamplerOptions o = opts(true, 1, false, SamplerMode::kTorch);
+  o.torch_release = TorchRelease::kBefore2_6;
+  DistributedSampler before(100000, 4, 1, o);
+  o.torch_release = TorchRelease::k2_6AndLater;
+  DistributedSampler since(100000, 4, 1, o);
+  EXPECT_EQ(before.fingerprint(), since.fingerprint());
+  for (int64_t i : {0, 1, 777, 24999}) EXPECT_EQ(before.at(i), since.at(i));
+}
+
 // ---- batch sampler ----
 
 TEST(BatchSampler, BatchesAreConsecutiveRunsOfTheShard) {

@@ -260,17 +260,23 @@ TEST(TorchParity, SamplerMatchesPytorchIndexForIndex) {
   std::printf("%zu indices identical\n", compared_indices);
 }
 
-// Slow suite: one permutation above 2^32/20 = 214,748,364, where later PyTorch
-// releases switched to another algorithm, compared in full (1.7 GB of int64
-// streamed from PyTorch; about a minute).
+// Slow suite: one permutation above 2^32/20 = 214,748,364, where PyTorch 2.6
+// switched to another algorithm, compared in full with the installed torch's
+// release (1.7 GB of int64 streamed from PyTorch; about a minute).
 TEST(TorchParityLarge, RandpermAboveLaterReleasesThreshold) {
   Reference ref;
   ASSERT_TRUE(find_reference(&ref));
   const int64_t n = 214748370;
   const int64_t seed = 12345;
+  std::string probe;
+  ASSERT_TRUE(run_capture(quote(ref.python) + " " + quote(ref.script) + " probe", &probe));
+  ASSERT_EQ(probe.rfind("torch ", 0), 0u) << probe;
+  const std::string version = probe.substr(6, probe.find_first_of(" \n", 6) - 6);
   SamplerOptions o;
   o.seed = seed;
   o.mode = SamplerMode::kTorch;
+  o.torch_release = torch_release_of(version);  // the installed torch's release
+  std::printf("torch %s: randperm of release %s\n", version.c_str(), to_string(o.torch_release));
   DistributedSampler s(n, 1, 0, o);  // one replica: the shard is randperm(n) itself
   std::vector<int64_t> ours(1 << 17);
   int64_t checked = 0;
