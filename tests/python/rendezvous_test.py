@@ -54,9 +54,10 @@ class Rendezvous(unittest.TestCase):
                     slurmddp.connect("127.0.0.1", port, token=token, timeout_ms=5000)
                 self.assertIn(f"127.0.0.1:{port}", str(cm.exception))
             # torch's own TCPStore client gets nothing either.
-            with self.assertRaises(Exception):
-                s = dist.TCPStore("127.0.0.1", port, 2, False, timeout=timedelta(seconds=5))
+            with self.assertRaises(Exception) as cm:
+                s = support.torch_store_client("127.0.0.1", port, 2, timedelta(seconds=5))
                 s.get("default_pg/0//cuda//0")
+            self.assertNotIn("libuv", str(cm.exception), "torch's client never connected")
             # Raw bytes.
             with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
                 c.sendall(b"GET / HTTP/1.0\r\n\r\n" * 4)

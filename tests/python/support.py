@@ -22,6 +22,19 @@ def require_torch():
         sys.exit(1 if required else SKIP)
 
 
+def torch_store_client(host, port, world, timeout):
+    """torch's own TCPStore client, on every torch. From 2.4 torch asks for its
+    libuv backend by default, which Debian's torch 2.6 is built without: the
+    constructor then raises ('use_libuv was requested but PyTorch was build
+    without libuv support') before it connects. The client speaks the same
+    protocol either way, so a stranger test asks for the classic one."""
+    import torch.distributed as dist
+    try:
+        return dist.TCPStore(host, port, world, False, timeout=timeout, use_libuv=False)
+    except TypeError:  # torch before 2.2 has no use_libuv argument (and no libuv backend)
+        return dist.TCPStore(host, port, world, False, timeout=timeout)
+
+
 def free_port():
     """A loopback port nobody listens on right now (the kernel's choice)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 import slurmddp.torch  # noqa: F401  (registers slurmddp://)
+import support
 
 
 def work():
@@ -46,11 +47,11 @@ def knock():
         except slurmddp.ProtocolError as e:
             print(f"stranger {how}: refused ({type(e).__name__}: {e})", flush=True)
     try:
-        s = dist.TCPStore(host, port, 2, False, timeout=timedelta(seconds=5))
+        s = support.torch_store_client(host, port, 2, timedelta(seconds=5))
         s.set("stranger", "x")
         print(f"stranger torch-tcpstore: ADMITTED ({s.get('stranger')!r})", flush=True)
     except Exception as e:  # torch raises RuntimeError or its own timeout
-        print(f"stranger torch-tcpstore: refused ({type(e).__name__})", flush=True)
+        print(f"stranger torch-tcpstore: refused ({type(e).__name__}: {e})", flush=True)
 
 
 def main():

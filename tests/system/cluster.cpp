@@ -131,6 +131,18 @@ int system_test_main(int argc, char** argv, bool with_cluster) {
   return RUN_ALL_TESTS();
 }
 
+bool torch_lacks_libuv() {
+  static const bool lacks = [] {
+    Result r = run(
+        "/usr/bin/python3 -c 'import datetime, torch.distributed as d\n"
+        "try:\n    d.TCPStore(\"127.0.0.1\", 0, 1, True, timeout=datetime.timedelta(seconds=30))\n"
+        "except RuntimeError as e:\n    print(\"lacks-libuv\" if \"libuv\" in str(e) else e)'",
+        std::chrono::seconds(60), "/");
+    return r.out.find("lacks-libuv") != std::string::npos;
+  }();
+  return lacks;
+}
+
 void ClusterEnvironment::SetUp() {
   std::string script = harness_path();
   g_started_here = run("'" + script + "' status").rc != 0;
@@ -142,6 +154,8 @@ void ClusterEnvironment::SetUp() {
   setenv("SLURM_CONF",
          (env_or("SLURMDDP_CLUSTER_DIR", source_dir() + "/.cluster") + "/etc/slurm.conf").c_str(),
          1);
+  // What a user of a torch without libuv must do for env:// (README, PyTorch).
+  if (torch_lacks_libuv()) setenv("USE_LIBUV", "0", 1);
   // Jobs left over from an interrupted run would hold the nodes.
   run("scancel --full --user=root; for i in $(seq 200); do [ -z \"$(squeue -h)\" ] && exit 0; "
       "sleep 0.1; done; exit 1");

@@ -87,4 +87,11 @@ std::set<std::string> captures(const std::string& text, const std::string& patte
 // Every node's state letter from sinfo, e.g. {"n1": "idle", "n2": "idle"}.
 std::map<std::string, std::string> node_states();
 
+// Whether /usr/bin/python3's torch asks for its libuv TCPStore backend by
+// default but was built without it (Debian 13's torch 2.6): its env:// then
+// needs USE_LIBUV=0 and its torchrun cannot start at all. The cluster environment
+// exports USE_LIBUV=0 to every test's jobs where so, as the README tells users
+// of such a torch to do. Asked once per test program.
+bool torch_lacks_libuv();
+
 }  // namespace slurmddp::systest

@@ -238,13 +238,14 @@ TEST(ResumeSystem, AKilledRankFailsTheJobAndLeavesTheLastCheckpointIntact) {
   std::string dir = job_dir("resume-killed");
   // Once step 300 is logged, the newest training process (one rank) is
   // SIGKILLed: no stop, no checkpoint of its own; the step fails.
-  Result r =
-      in_one_job(dir,
-                 "(while ! grep -q '^step 300$' killed.out 2>/dev/null; do sleep 0.05; done; "
-                 "pkill -KILL -n -f '^/.*/train --epochs') &\n" +
-                     train_line(" --checkpoint-every=200") + " > killed.out 2>&1\n" +
-                     "echo \"killed=$?\"\nwait\n" + train_line(" --checkpoint-every=200") +
-                     " > again.out 2>&1\necho \"again=$?\"\n");
+  Result r = in_one_job(
+      dir,
+      // (the watcher gives up when the step ended first: nothing hangs)
+      "(while [ ! -e killed.done ] && ! grep -q '^step 300$' killed.out 2>/dev/null; "
+      "do sleep 0.05; done; [ -e killed.done ] || pkill -KILL -n -f '^/.*/train --epochs') &\n" +
+          train_line(" --checkpoint-every=200") + " > killed.out 2>&1\n" +
+          "echo \"killed=$?\"\ntouch killed.done\nwait\n" + train_line(" --checkpoint-every=200") +
+          " > again.out 2>&1\necho \"again=$?\"\n");
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   std::string killed = slurp(dir + "/killed.out");
   EXPECT_THAT(r.out, ::testing::ContainsRegex("killed=[1-9]"));
@@ -271,11 +272,12 @@ TEST(ResumeSystem, PytorchExampleResumesFromItsOwnCheckpoint) {
                          "/examples/pytorch/train.py' --epochs 1 --batch-size 32 --steps 150 "
                          "--log-every 25";
   Result r = in_one_job(
-      dir, py + " > reference.out 2>&1\necho \"reference=$?\"\n" + py +
-               " --checkpoint ck.pt > first.out 2>&1 &\npid=$!\n"
-               "while ! grep -q '^step 50$' first.out; do sleep 0.05; done\n"
-               "scancel --signal=USR1 \"$SLURM_JOB_ID.1\"\nwait $pid\necho \"first=$?\"\n" +
-               py + " --checkpoint ck.pt > second.out 2>&1\necho \"second=$?\"\n");
+      dir,
+      py + " > reference.out 2>&1\necho \"reference=$?\"\n" + py +
+          " --checkpoint ck.pt > first.out 2>&1 &\npid=$!\n"
+          "while kill -0 $pid 2>/dev/null && ! grep -q '^step 50$' first.out; do sleep 0.05; done\n"
+          "scancel --signal=USR1 \"$SLURM_JOB_ID.1\"\nwait $pid\necho \"first=$?\"\n" +
+          py + " --checkpoint ck.pt > second.out 2>&1\necho \"second=$?\"\n");
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("reference=0"));
   EXPECT_THAT(r.out, HasSubstr("first=75"));
