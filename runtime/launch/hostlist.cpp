@@ -43,10 +43,12 @@ struct Group {
   }
 };
 
-// One comma-separated item: either a plain host or groups of text+bracket.
+// One comma-separated item: either a plain host or groups of text+bracket,
+// then the text after the last ']' (Slurm 23.02.5 and later: "n[1-4]-ib").
 struct Item {
   std::string plain;  // when groups is empty
   std::vector<Group> groups;
+  std::string suffix;
 };
 
 [[noreturn]] void fail(std::string_view name, std::string_view expr, std::string_view why) {
@@ -90,7 +92,12 @@ Item parse_item(std::string_view name, std::string_view expr, std::string_view i
   while (pos < item.size()) {
     auto open = item.find('[', pos);
     if (open == std::string_view::npos) {
-      fail(name, expr, "text after the last ']' in " + quote(item));
+      // A suffix, as Slurm reads it since 23.02.5 (older releases refuse it).
+      out.suffix = std::string(item.substr(pos));
+      if (out.suffix.find(']') != std::string::npos) {
+        fail(name, expr, "unbalanced ']' in " + quote(item));
+      }
+      break;
     }
     auto close = item.find(']', open);
     if (close == std::string_view::npos) fail(name, expr, "unbalanced '[' in " + quote(item));
@@ -146,7 +153,7 @@ std::string host_of(const Item& item, uint64_t index) {
   }
   std::string host;
   for (size_t g = 0; g < k; ++g) host += item.groups[g].text + item.groups[g].value(digit[g]);
-  return host;
+  return host + item.suffix;
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // `scontrol show hostnames` (a differential test checks it), including Slurm's
 // quirks: the zero-padding width is the length of the range's low bound, several
 // bracket groups expand with the last group varying fastest, then the first,
-// second, ... group, and text after the last bracket group is refused.
+// second, ... group, and text after the last bracket group is a suffix of every
+// host ("n[1-2]-ib": n1-ib, n2-ib), as Slurm reads it since 23.02.5 (older
+// releases refuse that form; accepting it there is harmless).
 #pragma once
 
 #include <cstddef>

@@ -39,13 +39,21 @@ TEST(Hostlist, SeveralBracketGroupsInSlurmOrder) {
                                                    "n0x1y6", "n1x1y5", "n1x1y6"));
 }
 
+TEST(Hostlist, TextAfterTheLastBracketIsASuffixOfEveryHost) {
+  EXPECT_THAT(x("x[1-2]-ib"), ElementsAre("x1-ib", "x2-ib"));
+  EXPECT_THAT(x("a[1-2]b3"), ElementsAre("a1b3", "a2b3"));
+  EXPECT_THAT(x("node[0009-0010]-int,z"), ElementsAre("node0009-int", "node0010-int", "z"));
+  EXPECT_THAT(x("a[1-2]b[3-4]-s"), ElementsAre("a1b3-s", "a1b4-s", "a2b3-s", "a2b4-s"));
+  EXPECT_EQ(first_host("L", "gpu[07-09]-ib"), "gpu07-ib");
+}
+
 TEST(Hostlist, FirstHostWithoutExpanding) {
   EXPECT_EQ(first_host("L", "gpu[0007-9999999]"), "gpu0007");
   EXPECT_EQ(first_host("L", "a[3-4]b[9-10],z"), "a3b9");
 }
 
 TEST(Hostlist, RejectsMalformedNamingTheVariable) {
-  for (const char* bad : {"n[1-3", "n]", "n[]", "n[3-1]", "x[1-2]-ib", "n[[1]]", "n[a]", ""}) {
+  for (const char* bad : {"n[1-3", "n]", "n[]", "n[3-1]", "x[1-2]-i]b", "n[[1]]", "n[a]", ""}) {
     try {
       expand_hostlist("SLURM_STEP_NODELIST", bad);
       ADD_FAILURE() << "accepted " << bad;
