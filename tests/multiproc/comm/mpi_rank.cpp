@@ -7,14 +7,19 @@
 //                GradSync averaging a gradient; the sampler sharding by the
 //                group's identity; prints "RESULT ok" or "RESULT wrong ..."
 //   timeout      rank 1 never joins the allreduce: the others print
-//                "RESULT <error type> <message>" after the 2 s timeout; rank 1
-//                then leaves without finalizing, which ends the job
+//                "RESULT <error type> <message>" after the 2 s timeout, then
+//                leave without finalizing, which ends the job (with
+//                SLURMDDP_TEST_RESULTS_DIR, each leaves only once every such
+//                rank has printed: OpenMPI 5 kills the job at the first
+//                non-zero exit, before a slower rank could say its result)
 //   backend      slurmddp::init() with SLURMDDP_BACKEND=mpi (MPI initialized by
 //                the runtime); prints "RESULT ok backend=<name> world=<n>"
 #include <mpi.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -103,6 +108,21 @@ int timeout() {
     say(std::string("RESULT Error ") + e.what());
   }
   std::fflush(stdout);
+  if (const char* dir = std::getenv("SLURMDDP_TEST_RESULTS_DIR")) {
+    // Every rank but rank 1 reaches this line; leave when all of them have.
+    const std::string mine = std::string(dir) + "/printed." + std::to_string(pg->rank());
+    if (FILE* f = std::fopen(mine.c_str(), "w")) std::fclose(f);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      int printed = 0;
+      for (int r = 0; r < pg->size(); ++r) {
+        const std::string f = std::string(dir) + "/printed." + std::to_string(r);
+        printed += access(f.c_str(), F_OK) == 0 ? 1 : 0;
+      }
+      if (printed >= pg->size() - 1 || std::chrono::steady_clock::now() > give_up) break;
+      usleep(10000);
+    }
+  }
   _exit(3);  // a broken MPI job: no MPI_Finalize
 }
 

@@ -5,6 +5,7 @@ init() with SLURMDDP_BACKEND=mpi. Usage: mpi_test.py <mpi_rank binary>."""
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -40,7 +41,9 @@ class Mpi(unittest.TestCase):
                 self.assertEqual(results(p.stdout), ["ok"] * n, p.stdout + p.stderr)
 
     def test_a_rank_that_never_joins_times_the_others_out(self):
-        p, took = mpirun(3, "timeout", timeout=120)
+        with tempfile.TemporaryDirectory() as results_dir:
+            p, took = mpirun(3, "timeout", timeout=120,
+                             env_extra={"SLURMDDP_TEST_RESULTS_DIR": results_dir})
         got = results(p.stdout)
         self.assertEqual(len(got), 2, p.stdout + p.stderr)
         for line in got:
