@@ -44,6 +44,9 @@ void NcclCommunicatorImpl::check_buffer(const char* verb, const char* which, con
     throw InvalidArgument(prefix + which + " is null for " + std::to_string(count) + " " +
                           slurmddp::to_string(type) + "; " + where_);
   }
+  // Under the guard: on a thread with no current context the query would make
+  // one on device 0 (Note [Device guard without stray contexts]).
+  cuda_util::ScopedDevice guard(device_, kNcclComponent, where_);
   cudaPointerAttributes a{};
   const cudaError_t e = cudaPointerGetAttributes(&a, p);
   if (e != cudaSuccess) {

@@ -1,16 +1,18 @@
 #include "comm/nccl_work.h"
 
 #include <algorithm>
+#include <memory>
 #include <thread>
 #include <utility>
 
 #include "comm/nccl_util.h"
+#include "common/cuda_device_guard.h"
 #include "common/log.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::comm {
 
-NcclState::NcclState(std::string where) : where_(std::move(where)) {}
+NcclState::NcclState(std::string where, int device) : where_(std::move(where)), device_(device) {}
 
 std::exception_ptr NcclState::error() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -62,6 +64,12 @@ void NcclState::abort_locked(const std::exception_ptr& cause) {
   }
   SLURMDDP_LOG_ERROR(kNcclComponent,
                      "aborting the NCCL communicator (ncclCommAbort) after: " << why);
+  std::unique_ptr<cuda_util::ScopedDevice> guard;
+  try {
+    guard = std::make_unique<cuda_util::ScopedDevice>(device_, kNcclComponent, where_);
+  } catch (const std::exception& e) {  // abort anyway: NCCL selects its device itself
+    SLURMDDP_LOG_WARN(kNcclComponent, "before ncclCommAbort: " << e.what());
+  }
   const ncclResult_t r = ncclCommAbort(comm_);
   comm_ = nullptr;
   if (r != ncclSuccess && r != ncclInProgress) {
@@ -129,13 +137,27 @@ NcclWork::NcclWork(std::string what, uint64_t seq, std::shared_ptr<NcclState> st
 }
 
 NcclWork::~NcclWork() {
-  if (end_ != nullptr) (void)cudaEventDestroy(end_);
+  if (end_ == nullptr) return;
+  try {
+    cuda_util::ScopedDevice guard(state_->device(), kNcclComponent, state_->where());
+    (void)cudaEventDestroy(end_);
+  } catch (const std::exception& e) {
+    SLURMDDP_LOG_WARN(kNcclComponent, "while releasing a Work handle: " << e.what());
+  }
 }
 
 NcclWork::Poll NcclWork::poll() {
   // Once seen complete, always complete: a later failure starts after it.
   if (done_.load(std::memory_order_acquire)) return Poll::kDone;
   if (state_->error_for(seq_)) return Poll::kFailed;
+  std::unique_ptr<cuda_util::ScopedDevice> guard;
+  try {
+    guard = std::make_unique<cuda_util::ScopedDevice>(state_->device(), kNcclComponent,
+                                                      state_->where());
+  } catch (...) {
+    state_->fail(std::current_exception(), /*nccl_locked=*/false);
+    return Poll::kFailed;
+  }
   const cudaError_t q = cudaEventQuery(end_);
   if (q == cudaErrorNotReady) return Poll::kPending;
   if (q == cudaSuccess) {

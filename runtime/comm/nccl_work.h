@@ -34,10 +34,14 @@ class NcclState {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit NcclState(std::string where);
+  // `device`: the communicator's CUDA device, made current (Note [Device guard
+  // without stray contexts]) wherever this state or a Work handle calls CUDA or
+  // NCCL: whichever thread waits, polls or aborts.
+  NcclState(std::string where, int device);
 
   // "rank=.., size=.., device=.., host=.., pid=.." for messages.
   const std::string& where() const { return where_; }
+  int device() const { return device_; }
 
   // Serializes every call on the ncclComm_t (enqueue, polling, abort, destroy).
   std::mutex& nccl_mutex() { return nccl_mu_; }
@@ -87,6 +91,7 @@ class NcclState {
   void abort_locked(const std::exception_ptr& cause);
 
   const std::string where_;
+  const int device_;
   std::mutex nccl_mu_;
   ncclComm_t comm_ = nullptr;
 

@@ -33,16 +33,18 @@ namespace slurmddp::grad_sync {
 
 namespace {
 
-void check(cudaError_t status, const char* what, int device) {
+// "rank=R, device=D" (rank -1: none given) for every message.
+std::string device_text(int device, int rank) {
+  return (rank >= 0 ? "rank=" + std::to_string(rank) + ", " : std::string()) +
+         "device=" + std::to_string(device);
+}
+
+void check(cudaError_t status, const char* what, int device, int rank) {
   if (status == cudaSuccess) {
     return;
   }
   throw CudaError(std::string("grad_sync: failed to ") + what + ": " + cudaGetErrorString(status) +
-                  " (" + cudaGetErrorName(status) + "); device=" + std::to_string(device));
-}
-
-std::string device_text(int device) {
-  return "device=" + std::to_string(device);
+                  " (" + cudaGetErrorName(status) + "); " + device_text(device, rank));
 }
 
 // Makes the engine's device current for a scope (Note [Device guard without
@@ -50,7 +52,7 @@ std::string device_text(int device) {
 // backward on another device, or may never have selected one.
 class DeviceScope {
  public:
-  explicit DeviceScope(int device) : guard_(device, "grad_sync", device_text(device)) {}
+  DeviceScope(int device, int rank) : guard_(device, "grad_sync", device_text(device, rank)) {}
 
  private:
   cuda_util::ScopedDevice guard_;
@@ -58,22 +60,23 @@ class DeviceScope {
 
 // The device the engine works on: `requested` (the communicator's) when >= 0,
 // else the calling thread's current device.
-int resolve_device(int requested) {
+int resolve_device(int requested, int rank) {
   int count = 0;
-  check(cudaGetDeviceCount(&count), "count CUDA devices", requested);
+  check(cudaGetDeviceCount(&count), "count CUDA devices", requested, rank);
   if (count == 0) {
-    check(cudaErrorNoDevice, "find a CUDA device", requested);
+    check(cudaErrorNoDevice, "find a CUDA device", requested, rank);
   }
   if (requested >= 0) {
     if (requested >= count) {
       throw InvalidArgument("grad_sync: failed to use the communicator's CUDA device: device " +
                             std::to_string(requested) + " is not among the " +
-                            std::to_string(count) + " visible devices; " + device_text(requested));
+                            std::to_string(count) + " visible devices; " +
+                            device_text(requested, rank));
     }
     return requested;
   }
   int current = 0;
-  check(cudaGetDevice(&current), "read the current CUDA device", -1);
+  check(cudaGetDevice(&current), "read the current CUDA device", -1, rank);
   return current;
 }
 
@@ -87,28 +90,30 @@ struct DeviceTransfer {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int device, size_t num_buckets, void* compute_stream)
-      : device_(resolve_device(device)), compute_(static_cast<cudaStream_t>(compute_stream)) {
+  CudaDevice(int device, size_t num_buckets, void* compute_stream, int rank)
+      : rank_(rank),
+        device_(resolve_device(device, rank)),
+        compute_(static_cast<cudaStream_t>(compute_stream)) {
     // Everything the engine owns lives on device_, whatever the calling
     // thread's current device is.
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, rank_);
     check(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking),
-          "create the communication stream", device_);
+          "create the communication stream", device_, rank_);
     const unsigned flags = cudaEventDisableTiming | cudaEventBlockingSync;
     ready_.resize(num_buckets);
     prepared_.resize(num_buckets);
     for (size_t b = 0; b < num_buckets; ++b) {
-      check(cudaEventCreateWithFlags(&ready_[b], flags), "create an event", device_);
-      check(cudaEventCreateWithFlags(&prepared_[b], flags), "create an event", device_);
+      check(cudaEventCreateWithFlags(&ready_[b], flags), "create an event", device_, rank_);
+      check(cudaEventCreateWithFlags(&prepared_[b], flags), "create an event", device_, rank_);
     }
-    check(cudaEventCreateWithFlags(&step_done_, flags), "create an event", device_);
-    check(cudaEventCreateWithFlags(&compute_mark_, flags), "create an event", device_);
+    check(cudaEventCreateWithFlags(&step_done_, flags), "create an event", device_, rank_);
+    check(cudaEventCreateWithFlags(&compute_mark_, flags), "create an event", device_, rank_);
   }
 
   ~CudaDevice() override {
     std::unique_ptr<DeviceScope> scope;
     try {
-      scope = std::make_unique<DeviceScope>(device_);
+      scope = std::make_unique<DeviceScope>(device_, rank_);
     } catch (const std::exception&) {
       // Not fatal here: the frees below work from any current device.
     }
@@ -138,14 +143,22 @@ class CudaDevice final : public Device {
     if (bytes == 0) {
       return nullptr;
     }
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, rank_);
     void* p = nullptr;
     check(cudaMalloc(&p, bytes),
-          ("allocate " + std::to_string(bytes) + " bytes of bucket memory").c_str(), device_);
-    const cudaError_t zeroed = cudaMemset(p, 0, bytes);
+          ("allocate " + std::to_string(bytes) + " bytes of bucket memory").c_str(), device_,
+          rank_);
+    // Note [Zeroed before any stream sees it]: cudaMemset runs on the legacy
+    // default stream, which orders with neither our non-blocking communication
+    // stream (an upload there could land before the zeros) nor a caller's
+    // non-blocking compute stream (backward could accumulate into a view
+    // bucket before it is cleared). The zeros go on our stream and are waited
+    // for: allocation is set-up work.
+    cudaError_t zeroed = cudaMemsetAsync(p, 0, bytes, comm_);
+    if (zeroed == cudaSuccess) zeroed = cudaStreamSynchronize(comm_);
     if (zeroed != cudaSuccess) {
       cudaFree(p);
-      check(zeroed, "clear bucket memory", device_);
+      check(zeroed, "clear bucket memory", device_, rank_);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     owned_.insert(p);
@@ -156,7 +169,7 @@ class CudaDevice final : public Device {
     if (p == nullptr) {
       return;
     }
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, rank_);
     std::lock_guard<std::mutex> lock(mutex_);
     if (owned_.erase(p) > 0) {
       cudaFree(p);
@@ -167,7 +180,7 @@ class CudaDevice final : public Device {
     if (bytes == 0) {
       return;
     }
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, rank_);
     upload_landed(dst, src, bytes, "copy to the device");
   }
 
@@ -175,28 +188,32 @@ class CudaDevice final : public Device {
     if (bytes == 0) {
       return;
     }
-    DeviceScope scope(device_);
-    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy from the device", device_);
+    DeviceScope scope(device_, rank_);
+    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy from the device", device_,
+          rank_);
   }
 
   void check_pointer(const void* p, size_t bytes, const std::string& what) override {
     if (bytes == 0) {
       return;
     }
+    // Under the guard: on a thread with no current context the query would
+    // otherwise make one on device 0 (Note [Device guard without stray contexts]).
+    DeviceScope scope(device_, rank_);
     cudaPointerAttributes a{};
     const cudaError_t status = cudaPointerGetAttributes(&a, p);
     if (status != cudaSuccess) {
       cudaGetLastError();  // clear the sticky-free error state of this call
       throw InvalidArgument("grad_sync: failed to register parameters: " + what +
-                            " is not CUDA memory: " + cudaGetErrorString(status) +
-                            "; device=" + std::to_string(device_));
+                            " is not CUDA memory: " + cudaGetErrorString(status) + "; " +
+                            device_text(device_, rank_));
     }
     const bool on_device = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
     if (!on_device || a.device != device_) {
       throw InvalidArgument("grad_sync: failed to register parameters: " + what +
                             " is not memory of the communicator's CUDA device; memory_type=" +
                             std::to_string(static_cast<int>(a.type)) + ", memory_device=" +
-                            std::to_string(a.device) + ", device=" + std::to_string(device_));
+                            std::to_string(a.device) + ", " + device_text(device_, rank_));
     }
   }
 
@@ -219,10 +236,10 @@ class CudaDevice final : public Device {
     }
     DeviceTransfer d{t.src_type, t.dst_type, nullptr, static_cast<uint32_t>(table.size()), blocks};
     if (!table.empty()) {
-      DeviceScope scope(device_);
+      DeviceScope scope(device_, rank_);
       const size_t bytes = table.size() * sizeof(cuda::KernelSegment);
-      check(cudaMalloc(reinterpret_cast<void**>(&d.table), bytes), "allocate a copy table",
-            device_);
+      check(cudaMalloc(reinterpret_cast<void**>(&d.table), bytes), "allocate a copy table", device_,
+            rank_);
       try {
         upload_landed(d.table, table.data(), bytes, "upload a copy table");
       } catch (...) {
@@ -235,49 +252,55 @@ class CudaDevice final : public Device {
   }
 
   void run_blocking(size_t transfer) override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, rank_);
     check(cudaEventRecord(compute_mark_, compute_), "record an event on the compute stream",
-          device_);
-    check(cudaStreamWaitEvent(comm_, compute_mark_, 0), "order the communication stream", device_);
+          device_, rank_);
+    check(cudaStreamWaitEvent(comm_, compute_mark_, 0), "order the communication stream", device_,
+          rank_);
     launch(transfer);
-    check(cudaStreamSynchronize(comm_), "wait for a bucket copy", device_);
+    check(cudaStreamSynchronize(comm_), "wait for a bucket copy", device_, rank_);
   }
 
   void bucket_ready(size_t bucket, size_t in) override {
-    DeviceScope scope(device_);
-    check(cudaEventRecord(ready_[bucket], compute_), "record a gradient-ready event", device_);
+    DeviceScope scope(device_, rank_);
+    check(cudaEventRecord(ready_[bucket], compute_), "record a gradient-ready event", device_,
+          rank_);
     if (in == kNoTransfer) {
       return;
     }
-    check(cudaStreamWaitEvent(comm_, ready_[bucket], 0), "order the communication stream", device_);
+    check(cudaStreamWaitEvent(comm_, ready_[bucket], 0), "order the communication stream", device_,
+          rank_);
     launch(in);
-    check(cudaEventRecord(prepared_[bucket], comm_), "record a bucket-copied event", device_);
+    check(cudaEventRecord(prepared_[bucket], comm_), "record a bucket-copied event", device_,
+          rank_);
   }
 
   void before_collective(size_t bucket, size_t in) override {
     // An event wait needs no current device.
     check(cudaEventSynchronize(in == kNoTransfer ? ready_[bucket] : prepared_[bucket]),
-          "wait for a bucket's gradients", device_);
+          "wait for a bucket's gradients", device_, rank_);
   }
 
   void after_collective(size_t, size_t out) override {
     if (out != kNoTransfer) {
-      DeviceScope scope(device_);  // the finisher is bound already: a no-op
+      DeviceScope scope(device_, rank_);  // the finisher is bound already: a no-op
       launch(out);
     }
   }
 
   void end_step() override {
-    DeviceScope scope(device_);
-    check(cudaEventRecord(step_done_, comm_), "record the step's end", device_);
-    check(cudaStreamWaitEvent(compute_, step_done_, 0), "order the compute stream", device_);
+    DeviceScope scope(device_, rank_);
+    check(cudaEventRecord(step_done_, comm_), "record the step's end", device_, rank_);
+    check(cudaStreamWaitEvent(compute_, step_done_, 0), "order the compute stream", device_, rank_);
   }
 
   void* collective_event(size_t bucket, size_t in) const override {
     return in == kNoTransfer ? ready_[bucket] : prepared_[bucket];
   }
 
-  void bind_thread() override { check(cudaSetDevice(device_), "select the CUDA device", device_); }
+  void bind_thread() override {
+    check(cudaSetDevice(device_), "select the CUDA device", device_, rank_);
+  }
   void* stream() const override { return comm_; }
 
  private:
@@ -288,17 +311,18 @@ class CudaDevice final : public Device {
   // table, or a collective ordered after another stream the layout words,
   // before they arrived. Uploads therefore run on comm_ and are waited for.
   void upload_landed(void* dst, const void* src, size_t bytes, const char* what) {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, comm_), what, device_);
-    check(cudaStreamSynchronize(comm_), what, device_);
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, comm_), what, device_, rank_);
+    check(cudaStreamSynchronize(comm_), what, device_, rank_);
   }
 
   void launch(size_t id) {
     const DeviceTransfer& t = transfers_.at(id);
     const int status =
         cuda::launch_transfer(t.table, t.segments, t.blocks, t.src_type, t.dst_type, comm_);
-    check(static_cast<cudaError_t>(status), "launch a bucket copy kernel", device_);
+    check(static_cast<cudaError_t>(status), "launch a bucket copy kernel", device_, rank_);
   }
 
+  int rank_ = -1;
   int device_ = 0;
   cudaStream_t compute_ = nullptr;
   cudaStream_t comm_ = nullptr;
@@ -313,8 +337,9 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
-std::unique_ptr<Device> make_cuda_device(int device, size_t num_buckets, void* compute_stream) {
-  return std::make_unique<CudaDevice>(device, num_buckets, compute_stream);
+std::unique_ptr<Device> make_cuda_device(int device, size_t num_buckets, void* compute_stream,
+                                         int rank) {
+  return std::make_unique<CudaDevice>(device, num_buckets, compute_stream, rank);
 }
 
 }  // namespace slurmddp::grad_sync

@@ -99,8 +99,10 @@ std::unique_ptr<Device> make_host_device();
 // null: the legacy default stream) as the stream gradients are produced and
 // consumed on. Every CUDA object is made on `device` under a scoped device
 // guard, whatever the calling thread's current device is. `num_buckets` sizes
-// the per-bucket events. Throws Error when built without CUDA, CudaError when
+// the per-bucket events; `rank` (the communicator's; -1: none) is named in every
+// error with the device. Throws Error when built without CUDA, CudaError when
 // no device is usable, InvalidArgument for a device that is not visible.
-std::unique_ptr<Device> make_cuda_device(int device, size_t num_buckets, void* compute_stream);
+std::unique_ptr<Device> make_cuda_device(int device, size_t num_buckets, void* compute_stream,
+                                         int rank = -1);
 
 }  // namespace slurmddp::grad_sync

@@ -79,7 +79,7 @@ GradSync::Impl::Impl(std::shared_ptr<Communicator> comm, std::vector<GradParamet
     // on whatever device the constructing thread has current.
     nccl_ = as_nccl_communicator(comm_.get());
     device_ = grad_sync::make_cuda_device(nccl_ != nullptr ? nccl_->cuda_device() : -1,
-                                          plan.buckets.size(), options_.cuda_stream);
+                                          plan.buckets.size(), options_.cuda_stream, comm_->rank());
   } else {
     device_ = grad_sync::make_host_device();
   }

@@ -106,7 +106,7 @@ std::unique_ptr<Device> make_host_device() {
 }
 
 #if !SLURMDDP_HAVE_CUDA
-std::unique_ptr<Device> make_cuda_device(int, size_t, void*) {
+std::unique_ptr<Device> make_cuda_device(int, size_t, void*, int) {
   throw Error(
       "grad_sync: failed to use the communicator's CUDA buffers: slurm-ddp was built "
       "without CUDA");

@@ -26,7 +26,7 @@ class HostChannel : public ScalarChannel {
 class DeviceChannel : public ScalarChannel {
  public:
   DeviceChannel(Communicator& comm, int device)
-      : comm_(comm), device_(grad_sync::make_cuda_device(device, 0, nullptr)) {
+      : comm_(comm), device_(grad_sync::make_cuda_device(device, 0, nullptr, comm.rank())) {
     data_ = device_->allocate(sizeof(int64_t));
   }
   int64_t max(int64_t mine) override {
