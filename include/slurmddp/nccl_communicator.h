@@ -134,6 +134,13 @@ struct NcclOptions {
   // Create the communicator's stream with the device's highest priority, so
   // that collectives overlap compute kernels instead of queuing behind them.
   bool high_priority_stream = true;
+
+  // Bounds ncclCommFinalize when the communicator is destroyed (NCCL flushing
+  // its work with the peers; a healthy group takes milliseconds). When a peer
+  // has gone it never completes: after this long (never more than `timeout`)
+  // the communicator is aborted instead, so that a rank's shutdown does not
+  // wait the whole operation timeout for a rank that is dead.
+  std::chrono::milliseconds finalize_timeout{kDefaultFinalizeTimeout};
 };
 
 // What one operation waits for, on the GPU, before it runs on the

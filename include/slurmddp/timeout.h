@@ -12,6 +12,10 @@ namespace slurmddp {
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout{std::chrono::minutes(5)};
 
+// How long destroying an NCCL communicator waits for ncclCommFinalize before
+// it aborts instead (NcclOptions::finalize_timeout).
+inline constexpr std::chrono::milliseconds kDefaultFinalizeTimeout{std::chrono::seconds(10)};
+
 }  // namespace slurmddp
 
 #pragma GCC visibility pop

@@ -61,8 +61,9 @@ NcclCommunicatorImpl::NcclCommunicatorImpl(const NcclOptions& options, int devic
       size_(options.size),
       device_(device),
       timeout_(bounded(options.timeout)),
+      finalize_timeout_(finalize_limit(timeout_, options.finalize_timeout)),
       where_(where_text(options.rank, options.size, device)),
-      state_(std::make_shared<NcclState>(where_)),
+      state_(std::make_shared<NcclState>(where_, device)),
       order_after_compute_(options.order_after_compute_stream),
       compute_stream_(options.compute_stream) {
   try {
@@ -185,11 +186,17 @@ void NcclCommunicatorImpl::init_nccl(const ncclUniqueId& id, NcclRendezvous& ren
   }
 }
 
+// Note [Finalize bound]: destruction first lets the operations in flight
+// finish (bounded by the operation timeout, as each of them is), then asks NCCL
+// to finalize: flush its work with the peers. A healthy group finalizes in
+// milliseconds; when a peer has gone, finalize never completes, and waiting the
+// whole operation timeout (5 minutes by default) would hold every surviving
+// rank at exit. So finalize has its own, short limit (finalize_timeout); past
+// it the communicator is aborted, which is what a dead peer calls for anyway.
 NcclCommunicatorImpl::~NcclCommunicatorImpl() {
-  const auto deadline = Clock::now() + timeout_;
-  drain_in_flight(deadline);
+  drain_in_flight(Clock::now() + timeout_);
   stop_watchdog();
-  finalize_nccl(deadline);
+  finalize_nccl(Clock::now() + finalize_timeout_);
   release_cuda_objects();
 }
 
@@ -244,7 +251,8 @@ void NcclCommunicatorImpl::finalize_nccl(Clock::time_point deadline) {
       return;
     }
     SLURMDDP_LOG_WARN(kNcclComponent, "ncclCommFinalize did not complete ("
-                                          << nccl_result_name(r) << " after " << ms_text(timeout_)
+                                          << nccl_result_name(r) << " after "
+                                          << ms_text(finalize_timeout_)
                                           << "); aborting the communicator instead; " << where_);
   } catch (const std::exception& e) {
     SLURMDDP_LOG_WARN(kNcclComponent, "while destroying the communicator: " << e.what());

@@ -111,6 +111,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   const int size_;
   const int device_;
   const milliseconds timeout_;
+  const milliseconds finalize_timeout_;  // finalize_limit(timeout, options.finalize_timeout)
   const std::string where_;
   const std::shared_ptr<NcclState> state_;
   int version_ = 0;

@@ -88,4 +88,9 @@ std::string where_text(int rank, int size, int device) {
   return s + ", host=" + host + ", pid=" + std::to_string(getpid());
 }
 
+std::chrono::milliseconds finalize_limit(std::chrono::milliseconds timeout,
+                                         std::chrono::milliseconds finalize_timeout) {
+  return std::max(std::chrono::milliseconds(0), std::min(timeout, finalize_timeout));
+}
+
 }  // namespace slurmddp::comm

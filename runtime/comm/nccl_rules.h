@@ -3,6 +3,7 @@
 // rank is named in messages. (Who joined a rendezvous: membership/.)
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,11 @@ std::string env_assignment(const EnvReader& env, const char* name);
 
 // "rank=1, size=4, device=0, host=node1, pid=1234" (device omitted when < 0).
 std::string where_text(int rank, int size, int device);
+
+// How long destruction waits for ncclCommFinalize: `finalize_timeout`, never
+// more than the operation `timeout`, never negative (Note [Finalize bound] in
+// nccl_communicator.cpp).
+std::chrono::milliseconds finalize_limit(std::chrono::milliseconds timeout,
+                                         std::chrono::milliseconds finalize_timeout);
 
 }  // namespace slurmddp::comm

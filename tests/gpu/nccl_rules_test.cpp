@@ -81,6 +81,20 @@ TEST(NcclDeviceChoice, GarbledVariablesAndNoDevice) {
   }
 }
 
+// Note [Finalize bound]: destruction waits for ncclCommFinalize the short
+// finalize_timeout (a dead peer never lets it complete), never the operation
+// timeout's minutes, and never longer than the operation timeout itself.
+TEST(FinalizeLimit, IsTheShortLimitBoundedByTheOperationTimeout) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(NcclOptions{}.finalize_timeout, milliseconds(10000));
+  EXPECT_LT(NcclOptions{}.finalize_timeout, NcclOptions{}.timeout);
+  EXPECT_EQ(finalize_limit(NcclOptions{}.timeout, NcclOptions{}.finalize_timeout),
+            milliseconds(10000));
+  EXPECT_EQ(finalize_limit(milliseconds(2000), milliseconds(10000)), milliseconds(2000));
+  EXPECT_EQ(finalize_limit(milliseconds(300000), milliseconds(500)), milliseconds(500));
+  EXPECT_EQ(finalize_limit(milliseconds(300000), milliseconds(-5)), milliseconds(0));
+}
+
 // Checked before any CUDA call, so on every machine.
 TEST(MakeNcclCommunicator, RejectsBadOptionsFirst) {
   NcclOptions o;
