@@ -84,9 +84,38 @@ class Group : public ProcessGroup {
 //   socket buffer limit, NCCL's device). The communicator is then built over
 //   that group and exchanges only its own data under the group's keys (Gloo's
 //   mesh addresses, NCCL's unique id): no second join, no second size check.
-std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id, Backend backend,
+// The backend a rank chose and why ("SLURMDDP_BACKEND=gloo", "auto: ...").
+struct BackendChoice {
+  Backend backend = Backend::kGloo;
+  std::string why;
+};
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::kNccl:
+      return "nccl";
+    case Backend::kGloo:
+      return "gloo";
+    case Backend::kMpi:
+      return "mpi";
+    case Backend::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+// Note [One backend]: each rank chooses its backend on its own (auto picks
+// NCCL where the rank has a usable GPU), so a node with a broken driver, or a
+// mix of GPU and CPU nodes, would split the group: NCCL ranks waiting for a
+// unique id that Gloo ranks never send, until the full timeout, with a
+// diagnosis about missing ranks. The backend is therefore a field of the join
+// that every rank must give the same value: a rank that differs fails the
+// join at once on every rank, naming both choices and why each was made.
+std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id,
+                                                   const BackendChoice& choice,
                                                    const std::shared_ptr<Store>& store,
                                                    std::chrono::milliseconds timeout) {
+  const Backend backend = choice.backend;
   membership::JoinOptions j;
   j.store = store;
   j.prefix = "slurmddp/init";
@@ -107,6 +136,9 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id, Ba
   if (backend == Backend::kNccl) {
     j.fields = {{"device", std::to_string(id.local_device.value_or(-1))}};
   }
+  j.fields.emplace_back("backend", backend_name(backend));
+  j.fields.emplace_back("backend_why", choice.why);
+  j.agree_equal = {"backend"};
   try {
     return membership::Membership::join(std::move(j), agree);
   } catch (const membership::SizeMismatch& e) {
@@ -177,24 +209,38 @@ template <typename E>
           nccl_context(id));
 }
 
-Backend choose_backend(const InitOptions& options, const ProcessIdentity& id) {
-  Backend b = options.backend;
-  if (b == Backend::kAuto) {
+BackendChoice choose_backend(const InitOptions& options, const ProcessIdentity& id) {
+  BackendChoice c{options.backend,
+                  std::string("InitOptions::backend=") + backend_name(options.backend)};
+  if (c.backend == Backend::kAuto) {
     if (auto v = getenv_opt("SLURMDDP_BACKEND")) {
+      c.why = "SLURMDDP_BACKEND=" + *v;
       if (*v == "gloo") {
-        b = Backend::kGloo;
+        c.backend = Backend::kGloo;
       } else if (*v == "nccl") {
-        b = Backend::kNccl;
+        c.backend = Backend::kNccl;
       } else if (*v == "mpi") {
-        b = Backend::kMpi;
+        c.backend = Backend::kMpi;
       } else if (*v != "auto" && !v->empty()) {
         throw InvalidArgument("init: invalid SLURMDDP_BACKEND='" + *v +
                               "': expected gloo, nccl, mpi or auto");
       }
     }
   }
-  if (b == Backend::kAuto) b = (id.local_device && gpu_usable()) ? Backend::kNccl : Backend::kGloo;
-  return b;
+  if (c.backend == Backend::kAuto) {
+    if (!id.local_device) {
+      c.backend = Backend::kGloo;
+      c.why = "auto: no GPU for this task";
+    } else if (!gpu_usable()) {
+      c.backend = Backend::kGloo;
+      c.why = "auto: GPU " + std::to_string(*id.local_device) +
+              " of this task, but no usable CUDA device";
+    } else {
+      c.backend = Backend::kNccl;
+      c.why = "auto: GPU " + std::to_string(*id.local_device) + " usable";
+    }
+  }
+  return c;
 }
 
 std::unique_ptr<Communicator> make_communicator(
@@ -309,15 +355,14 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
   log::set_rank(id.rank);
   const std::chrono::milliseconds timeout = timeout_from_environment(options.timeout);
   const Bootstrap bootstrap = bootstrap_from_environment(options.bootstrap);
-  Backend backend = choose_backend(options, id);
-  SLURMDDP_LOG_INFO(kComponent, id.describe()
-                                    << " backend " << (backend == Backend::kNccl ? "nccl" : "gloo")
-                                    << " bootstrap "
-                                    << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
+  const BackendChoice choice = choose_backend(options, id);
+  SLURMDDP_LOG_INFO(kComponent, id.describe() << " backend " << backend_name(choice.backend) << " ("
+                                              << choice.why << ") bootstrap "
+                                              << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
 
   std::shared_ptr<Store> store = rendezvous_store(id, bootstrap, timeout, "init: ");
-  auto group = join_group(id, backend, store, timeout);
-  auto comm = make_communicator(backend, id, store, group, timeout);
+  auto group = join_group(id, choice, store, timeout);
+  auto comm = make_communicator(choice.backend, id, store, group, timeout);
   return std::make_unique<Group>(std::move(id), std::move(store), std::move(comm), timeout,
                                  bootstrap);
 }

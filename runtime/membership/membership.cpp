@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <sstream>
 
 #include "membership/ranks.h"
@@ -34,6 +35,30 @@ std::optional<int64_t> parse_int(const std::string& s) {
 
 // Missing ranks named with their generation are listed up to this many.
 constexpr int kListedGenerations = 32;
+
+// A record value as part of a store key: [A-Za-z0-9_.-] kept, the rest as %XX.
+std::string key_part(const std::string& value) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : value) {
+    if (std::isalnum(c) || c == '_' || c == '.' || c == '-') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string field_of(const std::vector<std::pair<std::string, std::string>>& fields,
+                     const std::string& name) {
+  for (const auto& [n, v] : fields) {
+    if (n == name) return v;
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -95,6 +120,12 @@ void Membership::announce() {
   // The sum of the sizes announced lets rank 0 see at a glance whether anyone
   // disagrees (complete()); it is counted before the record is visible.
   o_.store->add(key("size_sum"), o_.size);
+  // Note [Equal fields]: likewise one counter per value of each field that
+  // must be equal; rank 0 reads the count of its own value, and reads the
+  // records (O(size)) only to name who differs.
+  for (const auto& name : o_.agree_equal) {
+    o_.store->add(key("equal/" + name + "/" + key_part(field_of(o_.fields, name))), 1);
+  }
   announce_locality();  // before the record: once it is seen, so is where this node's ranks are
   o_.store->set(join_key(o_.rank), bytes(record));
   if (generation_ > 1) {
@@ -182,6 +213,7 @@ void Membership::complete(const std::vector<std::string>& agree_min) {
         }
       }
     }
+    if (problem.empty()) problem = unequal_fields();
     if (problem.empty()) {
       verdict = "ok";
       for (const auto& [name, value] : mins) verdict += "\n" + name + "=" + std::to_string(value);
@@ -202,6 +234,33 @@ void Membership::complete(const std::vector<std::string>& agree_min) {
   }
   agreed_ = std::move(mins);
   completed_ = true;
+}
+
+std::string Membership::unequal_fields() const {
+  for (const auto& name : o_.agree_equal) {
+    const std::string mine = field_of(o_.fields, name);
+    const auto count = o_.store->add(key("equal/" + name + "/" + key_part(mine)), 0);
+    if (count == o_.size) continue;
+    auto described = [&](int rank, const std::string& host, const std::string& value,
+                         const std::string& why) {
+      std::string out = "rank ";
+      out.append(std::to_string(rank)).append(" on ").append(host.empty() ? "?" : host);
+      out.append(" has ").append(name).append("=").append(value);
+      if (!why.empty()) out.append(" (").append(why).append(")");
+      return out;
+    };
+    for (int j = 1; j < o_.size; ++j) {
+      const Record r = parse_record(o_.store->get(join_key(j), remaining()));
+      if (r.field(name) != mine) {
+        return "ranks disagree on " + name + ": " +
+               described(0, host_name(), mine, field_of(o_.fields, name + "_why")) + ", " +
+               described(j, r.host, r.field(name), r.field(name + "_why")) + "; " +
+               std::to_string(o_.size - count) + " of " + std::to_string(o_.size) +
+               " ranks differ from rank 0";
+      }
+    }
+  }
+  return "";
 }
 
 std::shared_ptr<Membership> Membership::join(JoinOptions options,

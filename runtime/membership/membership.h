@@ -67,6 +67,11 @@ struct JoinOptions {
   // Extra fields of this rank's record (a backend's bootstrap data), e.g.
   // {"wmem_max", "212992"}; names are [a-z_]+, values one line.
   std::vector<std::pair<std::string, std::string>> fields;
+  // Names among `fields` that every rank must give the same value, e.g.
+  // "backend": a rank that differs fails the join at once on every rank, the
+  // error naming rank 0's value and the first different rank's, each with the
+  // field "<name>_why" when the records carry it (Note [Equal fields]).
+  std::vector<std::string> agree_equal;
   Locality locality;
 };
 
@@ -148,6 +153,9 @@ class Membership {
   // when nothing is known about where they run (locate.cpp).
   std::string where_missing(const std::vector<int>& missing) const;
   void announce_locality() const;
+  // Rank 0, every record visible: "" when every rank has rank 0's value of
+  // each agree_equal field, else the problem naming both values.
+  std::string unequal_fields() const;
   [[noreturn]] void throw_not_joined(const std::string& also = "") const;
   void note_other_size() const;
 

@@ -111,6 +111,32 @@ TEST(InitMultiproc, AutoBackendWithoutVisibleDeviceUsesGloo) {
   }
 }
 
+// Note [One backend]: ranks that chose different backends (here one told
+// SLURMDDP_BACKEND=nccl among Gloo ranks, as a node with a broken driver or a
+// mixed allocation would make auto do) fail at the join, at once and long
+// before the timeout, every rank naming both choices and why each was made.
+TEST(InitMultiproc, RanksThatChoseDifferentBackendsFailAtOnceNamingBoth) {
+  uint16_t port = slurmddp::support::free_loopback_port();
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    std::map<std::string, std::string> extra{{"SLURMDDP_BACKEND", "auto"},
+                                             {"CUDA_VISIBLE_DEVICES", "-1"}};
+    if (r == 1) extra["SLURMDDP_BACKEND"] = "nccl";
+    ranks.push_back(start({r, 3}, port, "60s", extra));
+  }
+  for (int r = 0; r < 3; ++r) {
+    auto code = ranks[r]->wait(30s);
+    ASSERT_TRUE(code.has_value()) << "rank " << r << " hung";
+    EXPECT_NE(*code, 0);
+    const std::string err = ranks[r]->stderr_text();
+    EXPECT_THAT(err, HasSubstr("init: failed to join the process group: ranks disagree on "
+                               "backend: rank 0 on "));
+    EXPECT_THAT(err, ::testing::ContainsRegex("has backend=gloo \\(auto: [^)]+\\), rank 1 on "));
+    EXPECT_THAT(err, HasSubstr("has backend=nccl (SLURMDDP_BACKEND=nccl); 1 of 3 ranks differ"));
+    EXPECT_LT(ranks[r]->ran(), 20s) << "waited for the 60 s timeout";
+  }
+}
+
 TEST(InitMultiproc, WorldSizesOneToFour) {
   for (int world : {1, 2, 3, 4}) {
     uint16_t port = slurmddp::support::free_loopback_port();

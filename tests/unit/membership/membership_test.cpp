@@ -144,6 +144,44 @@ TEST(Membership, WorldSizeMismatchNamesBothValuesOnEveryRank) {
   }
 }
 
+// Note [Equal fields]: a rank whose value differs fails the join at once on
+// every rank (long before the deadline), both values and their reasons named.
+TEST(Membership, AFieldThatMustBeEqualFailsTheJoinAtOnceNamingBothValues) {
+  auto store = make_in_process_store();
+  const auto start = Clock::now();
+  const auto errors = on_threads({0, 1, 2, 3}, [&](int r) {
+    JoinOptions o = options(store, r, 4, 30s);
+    const bool odd = r == 2;
+    o.fields = {{"backend", odd ? "nccl" : "gloo"},
+                {"backend_why", odd ? "auto: GPU 0 usable" : "auto: no GPU"}};
+    o.agree_equal = {"backend"};
+    Membership::join(std::move(o));
+  });
+  EXPECT_LT(Clock::now() - start, 5s) << "waited instead of failing at once";
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_THAT(errors[static_cast<size_t>(r)],
+                HasSubstr("test: failed to join: ranks disagree on backend: rank 0 on "));
+    EXPECT_THAT(errors[static_cast<size_t>(r)],
+                HasSubstr("has backend=gloo (auto: no GPU), rank 2 on "));
+    EXPECT_THAT(errors[static_cast<size_t>(r)],
+                HasSubstr("has backend=nccl (auto: GPU 0 usable); 1 of 4 ranks differ from rank 0; "
+                          "rank=" +
+                          std::to_string(r)));
+  }
+}
+
+TEST(Membership, EqualFieldsThatAgreeJoinAndOddValuesAreKeysSafely) {
+  auto store = make_in_process_store();
+  const auto errors = on_threads({0, 1, 2}, [&](int r) {
+    JoinOptions o = options(store, r, 3);
+    o.fields = {{"mode", "a b/c=%"}};
+    o.agree_equal = {"mode"};
+    Membership::join(std::move(o));
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_TRUE(store->check({"g/1/equal/mode/a%20b%2Fc%3D%25"}));
+}
+
 TEST(Membership, DiagnosisNamesMissingRanksAndOtherSizes) {
   auto store = make_in_process_store();
   Membership m0(options(store, 0, 4));
