@@ -18,6 +18,9 @@
 //   atomic (async-signal-safe) and then calls the handler that was installed
 //   before it, if that was a function: a handler the program or a library set
 //   keeps working, while the default action (terminate) is what this replaces.
+//   One exception: UCX's debug-signal handler (SIGHUP by default, in libucs,
+//   which any MPI built on UCX loads) switches UCX's log to trace level on
+//   stdout; a stop request does not call it.
 //   should_stop(step) is collective: at steps that are multiples of
 //   check_every, every rank contributes the signal it saw (0 if none) to one
 //   allreduce(max) of a single int64, so all ranks get the same answer after

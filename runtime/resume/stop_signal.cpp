@@ -1,3 +1,4 @@
+#include <dlfcn.h>
 #include <string.h>
 
 #include <array>
@@ -23,6 +24,8 @@ static_assert(std::atomic<int>::is_always_lock_free, "the handler needs a lock-f
 constexpr int kMaxSignal = 65;
 std::array<struct sigaction, kMaxSignal> g_previous{};
 std::array<std::atomic<bool>, kMaxSignal> g_installed{};
+// Note [UCX's debug signal]: previous handlers not to call.
+std::array<std::atomic<bool>, kMaxSignal> g_skip_previous{};
 std::mutex g_owner_mutex;
 bool g_owned = false;
 
@@ -31,6 +34,7 @@ void on_signal(int sig, siginfo_t* info, void* context) {
   // Keep the first signal; later ones do not change the decision.
   g_signal.compare_exchange_strong(expected, sig, std::memory_order_relaxed);
   if (sig <= 0 || sig >= kMaxSignal) return;
+  if (g_skip_previous[static_cast<size_t>(sig)].load(std::memory_order_relaxed)) return;
   const struct sigaction& prev = g_previous[static_cast<size_t>(sig)];
   if ((prev.sa_flags & SA_SIGINFO) != 0) {
     if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, context);
@@ -38,6 +42,25 @@ void on_signal(int sig, siginfo_t* info, void* context) {
              prev.sa_handler != nullptr) {
     prev.sa_handler(sig);
   }
+}
+
+// Note [UCX's debug signal]
+//   UCX (libucs, loaded with any MPI built on it) installs a handler for its
+//   debug signal, SIGHUP unless UCX_DEBUG_SIGNO says otherwise, that switches
+//   its log to trace level on stdout for the rest of the process: called on a
+//   stop request, it would flood the job's output during the checkpoint and
+//   write from a signal handler into the program's stdout. A stop signal is
+//   not a request to debug UCX, so that one previous handler is not called;
+//   every other one is.
+const char* ucx_debug_handler(const struct sigaction& prev) {
+  void* fn = (prev.sa_flags & SA_SIGINFO) != 0 ? reinterpret_cast<void*>(prev.sa_sigaction)
+                                               : reinterpret_cast<void*>(prev.sa_handler);
+  if (fn == nullptr || prev.sa_handler == SIG_DFL || prev.sa_handler == SIG_IGN) return nullptr;
+  Dl_info info{};
+  if (dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return nullptr;
+  const char* base = strrchr(info.dli_fname, '/');
+  base = base != nullptr ? base + 1 : info.dli_fname;
+  return strncmp(base, "libucs.so", 9) == 0 ? info.dli_fname : nullptr;
 }
 
 }  // namespace
@@ -79,6 +102,13 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
         restore();
         throw Error("StopSignal: failed to install a handler for " + signal_name(s) + ": " +
                     strerror(err));
+      }
+      const char* ucx = ucx_debug_handler(g_previous[i]);
+      g_skip_previous[i].store(ucx != nullptr);
+      if (ucx != nullptr) {
+        SLURMDDP_LOG_INFO(kComponent, signal_name(s)
+                                          << " requests a stop; UCX's debug handler for it (" << ucx
+                                          << ", UCX_DEBUG_SIGNO) is not called");
       }
       g_installed[i].store(true);
     }

@@ -87,7 +87,9 @@ TEST(StopMultiproc, NoSignalRunsToTheEnd) {
 }
 
 // A real signal from outside (as slurmstepd delivers it) to one rank while it
-// waits: that rank's step is where everyone stops.
+// waits: that rank's step is where everyone stops, and the signal prints
+// nothing else (UCX, loaded with an MPI built on it, takes SIGHUP as its debug
+// signal and would switch its trace log on stdout: Note [UCX's debug signal]).
 TEST(StopMultiproc, ExternalSignalToOneRank) {
   for (int sig : {SIGTERM, SIGUSR2, SIGHUP}) {
     auto ranks = start(3, {"--pause-rank", "0", "--pause-step", "7"});
@@ -97,6 +99,9 @@ TEST(StopMultiproc, ExternalSignalToOneRank) {
     ranks[0]->write_line("go");
     std::string name = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR2 ? "SIGUSR2" : "SIGHUP";
     EXPECT_EQ(outcomes(ranks), stopped_at(3, 7, name));
+    std::string rest;
+    EXPECT_TRUE(ranks[0]->read_all(support::Clock::now() + 30s, &rest, nullptr));
+    EXPECT_EQ(rest, "") << name;
   }
 }
 
