@@ -23,6 +23,9 @@ const std::vector<OptionDoc>& option_table() {
        "[ddp] What each task is: direct (one rank, default), torchrun (one torchrun per node: "
        "PET_* variables), master-only (MASTER_ADDR/PORT only)",
        1, kOptLauncher},
+      {"ddp-threads", "yes|no",
+       "[ddp] Export OMP_NUM_THREADS and BLAS thread counts from the task's CPUs (default yes)", 1,
+       kOptThreads},
   };
   return table;
 }
@@ -53,6 +56,9 @@ bool record_option(launch::UserOptions& opts, int id, const char* optarg) {
       return true;
     case kOptLauncher:
       opts.launcher = arg;
+      return true;
+    case kOptThreads:
+      opts.threads = arg;
       return true;
     default:
       return false;

@@ -18,6 +18,7 @@ enum OptionId : int {
   kOptBindGpu,
   kOptVerbose,
   kOptLauncher,
+  kOptThreads,
 };
 
 struct OptionDoc {

@@ -15,6 +15,7 @@
 //     drains the node.
 //   slurmd and prolog/epilog contexts do nothing and never fail: an error there
 //     would drain nodes.
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@ extern "C" {
 #include "rendezvous.h"
 #include "settings.h"
 #include "slurm_compat.h"
+#include "threads.h"
 #include "token.h"
 
 // Built with hidden visibility; these and the slurm_spank_* hooks are the only exports
@@ -67,7 +69,7 @@ struct Context {
   std::optional<launch::StepPlan> plan;
   std::string plan_error;
   bool have_token = false;
-  std::optional<std::string> node_gpus;  // the step's GPUs on this node, before per-task binding
+  std::optional<launch::GpuList> node_gpus;  // the step's GPUs here, before per-task binding
 };
 Context g;
 
@@ -181,8 +183,33 @@ void plan_remote(spank_t sp) {
   if (!s.addr && f.rank0_node.empty() && !launch::rank0_on_first_node(f.distribution)) {
     rank0_from_hostfile(f, remote_getenv(sp, "SLURM_HOSTFILE"));
   }
-  g.node_gpus = remote_getenv(sp, "CUDA_VISIBLE_DEVICES");
+  g.node_gpus = launch::read_gpu_list(env);
   g.plan = launch::plan_step(s, f);
+}
+
+// task_init, in the task's own process: its CPUs (Note [Thread counts]).
+// Slurm reports 1 CPU per task when srun was given no --cpus-per-task; that
+// is its default, not a request, so without SLURM_CPUS_PER_TASK or
+// SRUN_CPUS_PER_TASK the affinity mask (or the node shared by its tasks) decides.
+launch::ThreadPlan plan_task_threads(spank_t sp) {
+  launch::ThreadFacts f;
+  f.env_cpus_per_task = remote_getenv(sp, "SLURM_CPUS_PER_TASK");
+  f.srun_cpus_per_task = remote_getenv(sp, "SRUN_CPUS_PER_TASK");
+  uint32_t step_cpt = 0;
+  if (spank_get_item(sp, S_STEP_CPUS_PER_TASK, &step_cpt) == ESPANK_SUCCESS &&
+      (step_cpt > 1 || f.env_cpus_per_task || f.srun_cpus_per_task)) {
+    f.step_cpus_per_task = step_cpt;
+  }
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
+    f.affinity_cpus = static_cast<uint32_t>(CPU_COUNT(&mask));
+  }
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  f.online_cpus = online > 0 ? static_cast<uint32_t>(online) : 0;
+  f.local_task_count = g.plan->local_world_size;
+  f.env = [sp](const char* n) { return remote_getenv(sp, n); };
+  return launch::plan_threads(f);
 }
 
 // task_init: apply the plan to one task.
@@ -200,8 +227,10 @@ int apply_remote(spank_t sp) {
   launch::TaskFacts t;
   t.local_rank = static_cast<uint32_t>(local_id);
   t.global_rank = global_id;
-  t.cuda_visible_devices = remote_getenv(sp, "CUDA_VISIBLE_DEVICES");
-  t.node_gpus = g.node_gpus;
+  auto env = [sp](const char* n) { return remote_getenv(sp, n); };
+  t.gpus = launch::read_gpu_list(env);
+  if (g.node_gpus && g.node_gpus->variable == t.gpus.variable) t.node_gpus = g.node_gpus;
+  if (auto bind = remote_getenv(sp, "SLURMD_TRES_BIND")) t.gpu_bind = launch::parse_gpu_bind(*bind);
   if (g.plan->het_components > 0) {  // Slurm's numbers across the components
     auto number = [sp](const char* name) {
       auto v = remote_getenv(sp, name);
@@ -219,8 +248,25 @@ int apply_remote(spank_t sp) {
       throw launch::LaunchError("failed to set " + change.name + ": " + spank_strerror(rc));
     }
   }
+  std::optional<launch::ThreadPlan> threads;
+  if (g.plan->threads) threads = plan_task_threads(sp);
+  if (threads) {
+    const std::string count = std::to_string(threads->threads);
+    // overwrite=0: a value set meanwhile stands
+    for (const auto& name : threads->set) (void)spank_setenv(sp, name.c_str(), count.c_str(), 0);
+    if (!threads->warning.empty() && t.global_rank == 0) {
+      std::fprintf(stderr, "slurm-ddp: warning: %s\n", threads->warning.c_str());
+    }
+  }
   if (g.plan->verbose && t.global_rank == 0) {
-    std::fprintf(stderr, "slurm-ddp: %s\n", launch::describe(*g.plan, g.have_token).c_str());
+    std::string line = launch::describe(*g.plan, g.have_token);
+    launch::DeviceChoice d = launch::choose_task_device(*g.plan, t);
+    if (!d.why.empty()) {
+      line += "; rank 0's GPU: " + d.why +
+              (d.local_device ? "" : " (SLURMDDP_LOCAL_DEVICE is not exported)");
+    }
+    if (threads) line += "; rank 0's " + launch::describe(*threads);
+    std::fprintf(stderr, "slurm-ddp: %s\n", line.c_str());
     std::fflush(stderr);
   }
   return 0;

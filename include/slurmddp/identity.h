@@ -19,6 +19,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 // The installed API is what libslurmddp exports; everything else is hidden.
 #pragma GCC visibility push(default)
@@ -39,11 +40,19 @@ struct ProcessIdentity {
   std::string master_addr;  // empty with the PMIx source (no port needed)
   uint16_t master_port = 0;
   std::string token;  // SLURMDDP_TOKEN; empty: open rendezvous
-  // GPU index within CUDA_VISIBLE_DEVICES: SLURMDDP_LOCAL_DEVICE, else
-  // LOCAL_RANK modulo the visible count; unset when no GPU is visible.
+  // The GPUs this task sees: the entries of gpu_variable (CUDA_VISIBLE_DEVICES;
+  // on AMD nodes HIP_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES), in order.
+  std::vector<std::string> gpus;
+  std::string gpu_variable;  // empty: none of them is set
+  // GPU index within `gpus`: SLURMDDP_LOCAL_DEVICE (the plugin's choice), else
+  // the plugin's rules applied here (LOCAL_RANK modulo the count when every
+  // task of the node sees the same GPUs; the binding in SLURMD_TRES_BIND
+  // otherwise). Unset with GPUs in `gpus` when no rule is certain (e.g.
+  // --gpu-bind=closest): init() then gives each rank of a node a distinct GPU.
   std::optional<int> local_device;
-  std::string ifname;  // SLURMDDP_IFNAME, else GLOO_SOCKET_IFNAME; may be empty
-  std::string step;    // "<jobid>.<stepid>" when known
+  std::string device_why;  // how local_device was chosen, or why it is unset
+  std::string ifname;      // SLURMDDP_IFNAME, else GLOO_SOCKET_IFNAME; may be empty
+  std::string step;        // "<jobid>.<stepid>" when known
 
   // One line for logs, e.g. "rank 3/8 (local 3/4, node 0/2) master 10.0.0.1:20001
   // source plugin step 12.0". Never contains the token.

@@ -53,18 +53,27 @@ void check_less(const char* a_name, int a, const char* b_name, int b) {
   }
 }
 
-// The GPU index within CUDA_VISIBLE_DEVICES when the plugin did not say.
-std::optional<int> visible_device(const EnvReader& env, int local_rank, int local_world_size) {
+// The task's GPUs and, when the plugin did not say, the index the plugin's
+// rules give (Note [Device choice]).
+void read_device(const EnvReader& env, ProcessIdentity& id) {
+  launch::GpuList list = launch::read_gpu_list(env);
+  id.gpus = list.ids;
+  id.gpu_variable = list.variable;
   if (auto d = env("SLURMDDP_LOCAL_DEVICE")) {
-    return checked([&] {
+    id.local_device = checked([&] {
       return static_cast<int>(launch::parse_uint("SLURMDDP_LOCAL_DEVICE", *d, 0, 1u << 16));
     });
+    id.device_why = "SLURMDDP_LOCAL_DEVICE=" + *d;
+    return;
   }
-  auto choice = launch::choose_device(static_cast<uint32_t>(local_rank),
-                                      static_cast<uint32_t>(local_world_size),
-                                      env("CUDA_VISIBLE_DEVICES"), std::nullopt, false);
-  if (!choice.local_device) return std::nullopt;
-  return static_cast<int>(*choice.local_device);
+  launch::DeviceFacts f;
+  f.local_rank = static_cast<uint32_t>(id.local_rank);
+  f.local_task_count = static_cast<uint32_t>(id.local_world_size);
+  f.task = list;
+  if (auto bind = env("SLURMD_TRES_BIND")) f.bind = launch::parse_gpu_bind(*bind);
+  launch::DeviceChoice choice = launch::choose_device(f, false);
+  id.device_why = choice.why;
+  if (choice.local_device) id.local_device = static_cast<int>(*choice.local_device);
 }
 
 std::string ifname_of(const EnvReader& env) {
@@ -182,7 +191,7 @@ ProcessIdentity from_torchrun(const EnvReader& env, IdentitySource source) {
         "rendezvous (--rdzv_backend=c10d)");
   }
   id.token = token_of(env);
-  id.local_device = visible_device(env, id.local_rank, id.local_world_size);
+  read_device(env, id);
   id.ifname = ifname_of(env);
   id.step = env("SLURMDDP_STEP").value_or(slurm_step(env).value_or(""));
   if (source == IdentitySource::kPlugin) report_changed_master(env, id);
@@ -274,7 +283,7 @@ ProcessIdentity from_slurm(const EnvReader& env, const launch::NetworkView& net)
     id.master_addr = plan.master_addr;
     id.master_port = plan.port.port;
     id.token = token_of(env);
-    id.local_device = visible_device(env, id.local_rank, id.local_world_size);
+    read_device(env, id);
     id.ifname = ifname_of(env);
     if (id.ifname.empty()) id.ifname = plan.route_ifname;
     id.step = plan.step;
@@ -352,7 +361,11 @@ ProcessIdentity identity_from_environment() {
   };
   bool others = env(launch::kEnvStep) || env("RANK") || env("WORLD_SIZE") || env("MASTER_ADDR") ||
                 env("MASTER_PORT") || (env("SLURM_PROCID") && env("SLURM_JOB_ID"));
-  if (!others && env("PMIX_RANK")) return pmix_identity();
+  if (!others && env("PMIX_RANK")) {
+    ProcessIdentity id = pmix_identity();
+    read_device(env, id);
+    return id;
+  }
   return identity_from_environment(env);
 }
 

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "env/locality.h"
 #include "group/duration.h"
+#include "group/node_gpus.h"
 #include "group/rendezvous_store.h"
 #include "membership/membership.h"
 #include "slurmddp/error.h"
@@ -104,6 +105,25 @@ const char* backend_name(Backend b) {
   return "auto";
 }
 
+// The task's GPUs as PCI bus ids when the CUDA runtime sees as many as the GPU
+// variable lists (Note [Node GPUs]), else the variable's entries.
+std::vector<std::string> physical_gpus(const ProcessIdentity& id) {
+#if SLURMDDP_HAVE_NCCL
+  int n = 0;
+  if (!id.gpus.empty() && id.gpu_variable == "CUDA_VISIBLE_DEVICES" &&
+      cudaGetDeviceCount(&n) == cudaSuccess && static_cast<size_t>(n) == id.gpus.size()) {
+    std::vector<std::string> ids;
+    for (int d = 0; d < n; ++d) {
+      char bus[64] = {};
+      if (cudaDeviceGetPCIBusId(bus, sizeof bus, d) != cudaSuccess) return id.gpus;
+      ids.emplace_back(bus);
+    }
+    return ids;
+  }
+#endif
+  return id.gpus;
+}
+
 // Note [One backend]: each rank chooses its backend on its own (auto picks
 // NCCL where the rank has a usable GPU), so a node with a broken driver, or a
 // mix of GPU and CPU nodes, would split the group: NCCL ranks waiting for a
@@ -127,6 +147,7 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id,
             ", host=" + host_name() + ", timeout_ms=" + std::to_string(timeout.count());
   j.locality = locality_from_environment(id);
   std::vector<std::string> agree;
+  const auto gpu_fields = node_gpu_fields(id, physical_gpus(id));  // Note [Node GPUs]
 #if SLURMDDP_HAVE_GLOO
   if (backend == Backend::kGloo) {
     j.fields = comm::gloo_join_fields();
@@ -136,6 +157,7 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id,
   if (backend == Backend::kNccl) {
     j.fields = {{"device", std::to_string(id.local_device.value_or(-1))}};
   }
+  j.fields.insert(j.fields.end(), gpu_fields.begin(), gpu_fields.end());
   j.fields.emplace_back("backend", backend_name(backend));
   j.fields.emplace_back("backend_why", choice.why);
   j.agree_equal = {"backend"};
@@ -187,6 +209,12 @@ bool gpu_usable() {
 #endif
 }
 
+std::string gpu_list_text(const ProcessIdentity& id) {
+  std::string s = id.gpu_variable + "=";
+  for (size_t i = 0; i < id.gpus.size(); ++i) s += (i ? "," : "") + id.gpus[i];
+  return s;
+}
+
 std::string env_shown(const char* name) {
   auto v = getenv_opt(name);
   return std::string(name) + "=" + (v ? "'" + *v + "'" : "<unset>");
@@ -198,6 +226,7 @@ std::string nccl_context(const ProcessIdentity& id) {
   return "; rank=" + std::to_string(id.rank) + ", host=" + host_name() + ", " +
          env_shown("SLURMDDP_BACKEND") + ", " + env_shown("SLURMDDP_LOCAL_DEVICE") + ", " +
          env_shown("CUDA_VISIBLE_DEVICES") +
+         (id.device_why.empty() ? "" : ", device: " + id.device_why) +
          " (use SLURMDDP_BACKEND=gloo or auto to train on the CPU)";
 }
 
@@ -228,16 +257,17 @@ BackendChoice choose_backend(const InitOptions& options, const ProcessIdentity& 
     }
   }
   if (c.backend == Backend::kAuto) {
-    if (!id.local_device) {
+    const std::string gpu =
+        id.local_device ? "GPU " + std::to_string(*id.local_device) : "GPUs " + gpu_list_text(id);
+    if (!id.local_device && id.gpus.empty()) {
       c.backend = Backend::kGloo;
       c.why = "auto: no GPU for this task";
     } else if (!gpu_usable()) {
       c.backend = Backend::kGloo;
-      c.why = "auto: GPU " + std::to_string(*id.local_device) +
-              " of this task, but no usable CUDA device";
+      c.why = "auto: " + gpu + " of this task, but no usable CUDA device";
     } else {
       c.backend = Backend::kNccl;
-      c.why = "auto: GPU " + std::to_string(*id.local_device) + " usable";
+      c.why = "auto: " + gpu + " usable";
     }
   }
   return c;
@@ -301,6 +331,25 @@ std::unique_ptr<Communicator> make_communicator(
 #endif
 }
 
+// Note [Node GPUs]: this rank's device among the node's ranks, or the
+// failure when NCCL would get two ranks on one GPU.
+void settle_device(ProcessIdentity& id, const BackendChoice& choice,
+                   const membership::Membership& group) {
+  if (id.gpus.empty()) return;
+  const membership::Locality where = locality_from_environment(id);
+  const NodeGpuOutcome o =
+      settle_node_gpus(id, group, where.node_ranks, where.node, getenv_opt("SLURMD_TRES_BIND"));
+  id.local_device = o.device;
+  id.device_why = o.why;
+  if (o.conflict.empty()) return;
+  const bool physical = physical_gpus(id) != id.gpus;
+  if (choice.backend == Backend::kNccl) {
+    throw InvalidArgument("init: " + o.conflict + "; rank=" + std::to_string(id.rank) +
+                          ", host=" + host_name() + ", backend nccl (" + choice.why + ")");
+  }
+  if (physical) SLURMDDP_LOG_WARN(kComponent, o.conflict);
+}
+
 }  // namespace
 
 std::chrono::milliseconds timeout_from_environment(
@@ -362,6 +411,7 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
 
   std::shared_ptr<Store> store = rendezvous_store(id, bootstrap, timeout, "init: ");
   auto group = join_group(id, choice, store, timeout);
+  settle_device(id, choice, *group);
   auto comm = make_communicator(choice.backend, id, store, group, timeout);
   return std::make_unique<Group>(std::move(id), std::move(store), std::move(comm), timeout,
                                  bootstrap);

@@ -136,6 +136,7 @@ StepPlan plan_step(const Settings& s, const StepFacts& f, const NetworkView& net
   p.local_world_size = f.local_task_count;
   p.ifname = s.ifname;
   p.bind_gpu = s.bind_gpu;
+  p.threads = s.threads;
   p.verbose = s.verbose;
   p.launcher = s.launcher;
   p.het_components = f.het_components;
@@ -193,33 +194,14 @@ StepPlan plan_step(const Settings& s, const StepFacts& f, const NetworkView& net
   return p;
 }
 
-DeviceChoice choose_device(uint32_t local_rank, uint32_t local_task_count,
-                           const std::optional<std::string>& cuda_visible_devices,
-                           const std::optional<std::string>& node_gpus, bool bind) {
-  DeviceChoice d;
-  if (!cuda_visible_devices || cuda_visible_devices->empty() ||
-      *cuda_visible_devices == "NoDevFiles") {
-    return d;
-  }
-  auto visible = split(*cuda_visible_devices, ',');
-  visible.erase(std::remove(visible.begin(), visible.end(), std::string()), visible.end());
-  if (visible.empty()) return d;
-  size_t node_count = visible.size();
-  if (node_gpus && !node_gpus->empty()) {
-    auto all = split(*node_gpus, ',');
-    node_count = std::max(node_count, all.size());
-  }
-  uint32_t index = 0;
-  if (visible.size() >= node_count) {  // the task sees every GPU of the step here
-    index = static_cast<uint32_t>(local_rank % visible.size());
-    d.oversubscribed = local_task_count > visible.size();
-  }
-  if (bind) {
-    d.visible_devices = visible[index];
-    index = 0;
-  }
-  d.local_device = index;
-  return d;
+DeviceChoice choose_task_device(const StepPlan& plan, const TaskFacts& t) {
+  DeviceFacts f;
+  f.local_rank = t.local_rank;
+  f.local_task_count = plan.local_world_size;
+  f.task = t.gpus;
+  f.node = t.node_gpus;
+  f.bind = t.gpu_bind;
+  return choose_device(f, plan.bind_gpu);
 }
 
 std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t,
@@ -307,15 +289,11 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
   // name too, for PyTorch code that already reads it.
   set("SLURMDDP_RESTART_COUNT", std::to_string(plan.restart_count));
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(plan.restart_count));
-  DeviceChoice d = choose_device(t.local_rank, plan.local_world_size, t.cuda_visible_devices,
-                                 t.node_gpus, plan.bind_gpu);
+  DeviceChoice d = choose_task_device(plan, t);
   if (plan.launcher == Launcher::kTorchrun) {
     // One agent per node starts one rank per GPU it sees; without GPUs,
     // torchrun's own default (1) or its --nproc-per-node flag decides.
-    size_t gpus = 0;
-    if (t.cuda_visible_devices && *t.cuda_visible_devices != "NoDevFiles") {
-      for (const auto& g : split(*t.cuda_visible_devices, ',')) gpus += g.empty() ? 0 : 1;
-    }
+    const size_t gpus = t.gpus.ids.size();
     if (gpus > 0) {
       set("PET_NPROC_PER_NODE", std::to_string(gpus));
     } else {
@@ -328,7 +306,7 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
     unset("SLURMDDP_LOCAL_DEVICE");
   }
   if (d.visible_devices && plan.launcher != Launcher::kTorchrun) {
-    set("CUDA_VISIBLE_DEVICES", *d.visible_devices);
+    set(t.gpus.variable.c_str(), *d.visible_devices);
   }
   if (!plan.ifname.empty()) {
     set("NCCL_SOCKET_IFNAME", plan.ifname);

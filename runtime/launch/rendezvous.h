@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "address.h"
+#include "gpu_binding.h"
 #include "settings.h"
 
 namespace slurmddp::launch {
@@ -124,6 +125,7 @@ struct StepPlan {
   std::string ifname;        // explicit interface (ifname=, --ddp-ifname)
   std::string route_ifname;  // this node's interface toward MASTER_ADDR; empty if unknown
   bool bind_gpu = false;
+  bool threads = true;  // export thread counts (Note [Thread counts])
   bool verbose = false;
   Launcher launcher = Launcher::kDirect;
   uint32_t het_components = 0;
@@ -149,27 +151,20 @@ inline constexpr const char* kEnvMaster = "SLURMDDP_MASTER";
 struct TaskFacts {
   uint32_t local_rank = 0;
   uint32_t global_rank = 0;
-  std::optional<std::string> cuda_visible_devices;  // the task's CUDA_VISIBLE_DEVICES
-  // CUDA_VISIBLE_DEVICES of the step on this node before Slurm's per-task binding
-  // (what slurmstepd sees at user_init).
-  std::optional<std::string> node_gpus;
+  GpuList gpus;  // the task's GPUs (CUDA_VISIBLE_DEVICES, ...), after Slurm's per-task binding
+  // The step's GPUs on this node before Slurm's per-task binding (what
+  // slurmstepd sees at user_init).
+  std::optional<GpuList> node_gpus;
+  std::optional<GpuBind> gpu_bind;  // SLURMD_TRES_BIND's GPU part
   // A heterogeneous step's node index across components (SLURM_NODEID of the
   // task); the plan's node index otherwise.
   std::optional<uint32_t> node_rank;
 };
 
-struct DeviceChoice {
-  std::optional<uint32_t> local_device;        // index within CUDA_VISIBLE_DEVICES
-  std::optional<std::string> visible_devices;  // narrowed CUDA_VISIBLE_DEVICES (bind)
-  bool oversubscribed = false;                 // more tasks than visible GPUs share them
-};
-// SLURMDDP_LOCAL_DEVICE: local rank modulo the visible count when the task sees
-// every GPU of the step on this node (`node_gpus`); 0 when Slurm gave the task
-// its own subset.
-// With `bind`, CUDA_VISIBLE_DEVICES is narrowed to that one GPU (index 0).
-DeviceChoice choose_device(uint32_t local_rank, uint32_t local_task_count,
-                           const std::optional<std::string>& cuda_visible_devices,
-                           const std::optional<std::string>& node_gpus, bool bind);
+// Note [Device choice] (gpu_binding.h): SLURMDDP_LOCAL_DEVICE when the choice
+// is certain; with `bind` (--ddp-bind-gpu) the task's GPU variable is narrowed
+// to that one GPU.
+DeviceChoice choose_task_device(const StepPlan& plan, const TaskFacts& t);
 
 struct EnvChange {
   std::string name;

@@ -19,6 +19,9 @@ const std::vector<KeyDoc>& plugstack_keys() {
        "also exports NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME"},
       {"bind_gpu", "yes|no", "no",
        "narrow CUDA_VISIBLE_DEVICES to the task's own GPU by default (--ddp-bind-gpu)"},
+      {"threads", "yes|no", "yes",
+       "export OMP_NUM_THREADS and the BLAS libraries' thread variables from each task's CPUs, "
+       "unless the user set them"},
       {"verbose", "yes|no", "no", "print the resolved rendezvous once per step by default"},
       {"launcher", "direct|torchrun|master-only", "direct",
        "what each task is by default (--ddp-launcher): one rank (direct), one torchrun agent per "
@@ -60,6 +63,18 @@ bool parse_on_off(const std::string& key, const std::string& value) {
   return parse_bool("plugstack argument " + key, value);
 }
 
+// The value of a yes|no option such as --ddp-threads=yes. parse_bool's other
+// spellings (on/off, true/false, 1/0) are accepted too, as in the variables
+// that mirror the options.
+bool parse_yes_no_option(const std::string& option, const std::string& value) {
+  try {
+    return parse_bool(option, value);
+  } catch (const LaunchError&) {
+    throw LaunchError("invalid " + option + "=" + quote(value) +
+                      ": expected yes or no (or on/off, true/false, 1/0)");
+  }
+}
+
 }  // namespace
 
 PlugstackConfig parse_plugstack_args(const std::vector<std::string>& args) {
@@ -87,6 +102,8 @@ PlugstackConfig parse_plugstack_args(const std::vector<std::string>& args) {
       c.ifname = value;
     } else if (key == "bind_gpu") {
       c.bind_gpu = parse_on_off(key, value);
+    } else if (key == "threads") {
+      c.threads = parse_on_off(key, value);
     } else if (key == "verbose") {
       c.verbose = parse_on_off(key, value);
     } else if (key == "launcher") {
@@ -145,6 +162,10 @@ Settings resolve_settings(const UserOptions& opts, const EnvLookup& env,
   s.bind_gpu = conf.bind_gpu;
   if (auto v = env(kEnvBindGpu)) s.bind_gpu = parse_bool(kEnvBindGpu, *v);
   if (opts.bind_gpu) s.bind_gpu = *opts.bind_gpu;
+
+  s.threads = conf.threads;
+  if (auto v = env(kEnvThreads)) s.threads = parse_bool(kEnvThreads, *v);
+  if (opts.threads) s.threads = parse_yes_no_option("--ddp-threads", *opts.threads);
 
   s.verbose = conf.verbose;
   if (auto v = env(kEnvVerbose)) s.verbose = parse_bool(kEnvVerbose, *v);

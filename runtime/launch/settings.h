@@ -48,6 +48,7 @@ struct PlugstackConfig {
   std::string hostname_suffix;               // hostname_suffix=-ib
   std::string ifname;                        // ifname=ib0
   bool bind_gpu = false;                     // bind_gpu=yes|no
+  bool threads = true;                       // threads=yes|no
   bool verbose = false;                      // verbose=yes|no
   Launcher launcher = Launcher::kDirect;     // launcher=direct|torchrun|master-only
 };
@@ -72,6 +73,7 @@ struct UserOptions {
   std::optional<std::string> addr;      // --ddp-addr
   std::optional<std::string> ifname;    // --ddp-ifname
   std::optional<bool> bind_gpu;         // --ddp-bind-gpu
+  std::optional<std::string> threads;   // --ddp-threads=yes|no (validated in resolve_settings)
   std::optional<bool> verbose;          // --ddp-verbose
   std::optional<std::string> launcher;  // --ddp-launcher
 };
@@ -96,6 +98,7 @@ struct Settings {
   std::string hostname_suffix;
   PortRange port_range = kDefaultPortRange;
   bool bind_gpu = false;
+  bool threads = true;  // export thread counts (Note [Thread counts], threads.h)
   bool verbose = false;
   Launcher launcher = Launcher::kDirect;
 };
@@ -106,6 +109,7 @@ inline constexpr const char* kEnvPort = "SLURMDDP_PORT";
 inline constexpr const char* kEnvAddr = "SLURMDDP_ADDR";
 inline constexpr const char* kEnvIfname = "SLURMDDP_IFNAME";
 inline constexpr const char* kEnvBindGpu = "SLURMDDP_BIND_GPU";
+inline constexpr const char* kEnvThreads = "SLURMDDP_THREADS";
 inline constexpr const char* kEnvVerbose = "SLURMDDP_VERBOSE";
 inline constexpr const char* kEnvLauncher = "SLURMDDP_LAUNCHER";
 // Set by the plugin in every task: "<jobid>.<stepid>". When a later srun

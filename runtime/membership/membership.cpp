@@ -67,6 +67,17 @@ std::string Record::field(const std::string& name) const {
   return it == fields.end() ? "" : it->second;
 }
 
+Record Membership::record(int r) const {
+  if (!o_.store) {
+    Record own;
+    own.size = o_.size;
+    for (const auto& [k, v] : o_.fields) own.fields[k] = v;
+    own.fields["size"] = std::to_string(o_.size);
+    return own;
+  }
+  return parse_record(o_.store->get(join_key(r), remaining()));
+}
+
 Record parse_record(const Bytes& value) {
   Record r;
   std::istringstream is(text(value));

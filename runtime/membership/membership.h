@@ -137,6 +137,10 @@ class Membership {
   // "<prefix>/<generation>", for code that builds keys itself.
   std::string scope() const;
 
+  // The record rank `r` wrote at this generation (after complete(), every
+  // rank's is there); waits until the deadline for it. Without a store, this
+  // rank's own record.
+  Record record(int r) const;
   // The group's minimum of a field named in complete()'s agree_min.
   std::optional<int64_t> agreed(const std::string& field) const;
 

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "error.h"
 #include "fuzz_util.h"
+#include "gpu_binding.h"
 #include "group/duration.h"
 #include "parse.h"
 #include "rendezvous.h"
@@ -95,29 +96,28 @@ void check_level(std::string_view value) {
   }
 }
 
-// CUDA_VISIBLE_DEVICES and the step's GPUs on the node, split at the first newline.
+// A task's GPU list, the step's on the node and SLURMD_TRES_BIND, split at newlines.
 void check_device(slurmddp::fuzz::Input& in) {
-  const uint32_t local_rank = in.u8();
-  const uint32_t local_tasks = in.u8();
+  launch::DeviceFacts f;
+  f.local_rank = in.u8();
+  f.local_task_count = in.u8();
   const bool bind = in.flag();
   const bool with_node = in.flag();
-  std::string_view rest = in.rest();
-  size_t nl = rest.find('\n');
-  std::optional<std::string> visible(std::string(rest.substr(0, nl)));
-  std::optional<std::string> node;
-  if (with_node && nl != std::string_view::npos) node = std::string(rest.substr(nl + 1));
-  launch::DeviceChoice d = launch::choose_device(local_rank, local_tasks, visible, node, bind);
-  size_t count = 0;
-  for (const auto& item : launch::split(*visible, ',')) count += item.empty() ? 0 : 1;
+  auto parts = launch::split(std::string(in.rest()), '\n');
+  f.task = launch::gpu_list("CUDA_VISIBLE_DEVICES", parts[0]);
+  if (with_node && parts.size() > 1) f.node = launch::gpu_list("CUDA_VISIBLE_DEVICES", parts[1]);
+  if (parts.size() > 2) f.bind = launch::parse_gpu_bind(parts[2]);
+  launch::DeviceChoice d = launch::choose_device(f, bind);
+  const size_t count = f.task.ids.size();
   if (!d.local_device) {
-    FUZZ_CHECK(count == 0 || *visible == "NoDevFiles", *visible);
+    FUZZ_CHECK(count == 0 || !d.why.empty(), parts[0]);
     return;
   }
-  FUZZ_CHECK(*d.local_device < count, *visible);
+  FUZZ_CHECK(*d.local_device < count, parts[0]);
   if (bind) {
-    FUZZ_CHECK(*d.local_device == 0 && d.visible_devices && !d.visible_devices->empty(), *visible);
+    FUZZ_CHECK(*d.local_device == 0 && d.visible_devices && !d.visible_devices->empty(), parts[0]);
     bool listed = false;
-    for (const auto& item : launch::split(*visible, ',')) listed |= item == *d.visible_devices;
+    for (const auto& item : f.task.ids) listed |= item == *d.visible_devices;
     FUZZ_CHECK(listed, *d.visible_devices);
   }
 }

@@ -288,6 +288,27 @@ TEST(PluginSystem, GpuSubsetPerTaskGivesDeviceZero) {
   for (const auto& t : tasks) EXPECT_EQ(t.at("SLURMDDP_LOCAL_DEVICE"), "0");
 }
 
+// Note [Thread counts]: the step's CPUs per task, capped by the task's mask
+// (the test nodes do not bind CPUs: the mask is the machine, at least 2 CPUs).
+TEST(PluginSystem, ThreadCountsFromTheTasksCpus) {
+  REQUIRE_CLUSTER();
+  for (const auto& t : probe_step("-N 1 -n 2 --cpus-per-task=2")) {
+    EXPECT_EQ(t.at("OMP_NUM_THREADS"), "2");
+    EXPECT_EQ(t.at("MKL_NUM_THREADS"), "2");
+    EXPECT_EQ(t.at("OPENBLAS_NUM_THREADS"), "2");
+  }
+  for (const auto& t : probe_step("-N 1 -n 2 --cpus-per-task=2", nullptr, "OMP_NUM_THREADS=7 ")) {
+    EXPECT_EQ(t.at("OMP_NUM_THREADS"), "7");  // the user's own
+    EXPECT_EQ(t.at("MKL_NUM_THREADS"), "2");
+  }
+  for (const auto& t : probe_step("-N 1 -n 2 --cpus-per-task=2 --ddp-threads=no")) {
+    EXPECT_EQ(t.at("OMP_NUM_THREADS"), "<unset>");
+  }
+  Result r = run("srun -N 1 -n 1 --ddp-threads=maybe true");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("--ddp-threads='maybe'"));
+}
+
 TEST(PluginSystem, NoGpusNoLocalDevice) {
   REQUIRE_CLUSTER();
   for (const auto& t : probe_step("-N 2 -n 2")) {

@@ -54,11 +54,31 @@ int main(int argc, char** argv) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   std::string line = std::string("host=") + host + " ips=" + ipv4_addresses();
-  for (const char* v : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
-                        "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURMDDP_LOCAL_DEVICE",
-                        "SLURMDDP_STEP", "SLURMDDP_NUM_NODES", "CUDA_VISIBLE_DEVICES",
-                        "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "SLURM_PROCID", "SLURM_LOCALID",
-                        "SLURM_NODEID", "SLURM_STEP_ID", "SLURM_STEP_RESV_PORTS"}) {
+  for (const char* v : {"RANK",
+                        "LOCAL_RANK",
+                        "WORLD_SIZE",
+                        "LOCAL_WORLD_SIZE",
+                        "NODE_RANK",
+                        "GROUP_RANK",
+                        "MASTER_ADDR",
+                        "MASTER_PORT",
+                        "SLURMDDP_LOCAL_DEVICE",
+                        "SLURMDDP_STEP",
+                        "SLURMDDP_NUM_NODES",
+                        "CUDA_VISIBLE_DEVICES",
+                        "NCCL_SOCKET_IFNAME",
+                        "GLOO_SOCKET_IFNAME",
+                        "SLURM_PROCID",
+                        "SLURM_LOCALID",
+                        "SLURM_NODEID",
+                        "SLURM_STEP_ID",
+                        "SLURM_STEP_RESV_PORTS",
+                        "ROCR_VISIBLE_DEVICES",
+                        "HIP_VISIBLE_DEVICES",
+                        "SLURMD_TRES_BIND",
+                        "OMP_NUM_THREADS",
+                        "MKL_NUM_THREADS",
+                        "OPENBLAS_NUM_THREADS"}) {
     line += std::string(" ") + v + "=" + env_or_unset(v);
   }
   const char* token = std::getenv("SLURMDDP_TOKEN");

@@ -1,6 +1,7 @@
 // runtime_probe: slurmddp::init() from the environment the step provides, then
 // collectives with closed-form results. Prints one line per rank:
-//   runtime rank=R world=W local=L/LW node=N source=S bootstrap=B backend=K ok=1
+//   runtime rank=R world=W local=L/LW node=N source=S bootstrap=B backend=K ok=1 host=H gpu=G
+// (G: the entry of the task's GPU list that init() settled on, or "none")
 // and exits 1 (with the reason on stderr) when a result is wrong.
 //   runtime_probe [--expect-world N] [--steps N]
 //                 [--fault kill|stop|kill-in-store --fault-rank R --fault-step S]
@@ -10,6 +11,7 @@
 // kill-in-store every rank enters a store barrier at step S and rank R dies
 // just before it (the others then wait on the store it hosted, if R is 0).
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -106,11 +108,19 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    const std::string gpu =
+        id.local_device && static_cast<size_t>(*id.local_device) < id.gpus.size()
+            ? id.gpus[static_cast<size_t>(*id.local_device)]
+            : "none";
     std::printf(
-        "runtime rank=%d world=%d local=%d/%d node=%d source=%s bootstrap=%s backend=%s ok=1\n",
+        "runtime rank=%d world=%d local=%d/%d node=%d source=%s bootstrap=%s backend=%s ok=1 "
+        "host=%s gpu=%s\n",
         id.rank, w, id.local_rank, id.local_world_size, id.node_rank,
         slurmddp::to_string(id.source),
-        pg->bootstrap() == slurmddp::Bootstrap::kPmix ? "pmix" : "tcp", comm.backend());
+        pg->bootstrap() == slurmddp::Bootstrap::kPmix ? "pmix" : "tcp", comm.backend(), host,
+        gpu.c_str());
     std::fflush(stdout);
     pg->shutdown();
   } catch (const std::exception& e) {

@@ -375,34 +375,6 @@ TEST(Plan, RejectsInconsistentFacts) {
   EXPECT_THROW(plan_step(Settings{}, f, net_on("10.77.0.11").view()), LaunchError);
 }
 
-TEST(Device, SharedGpusModuloAndOwnGpuZero) {
-  // every task sees the node's 4 GPUs
-  for (uint32_t r = 0; r < 4; ++r) {
-    auto d = choose_device(r, 4, std::string("0,1,2,3"), std::string("0,1,2,3"), false);
-    EXPECT_EQ(d.local_device, r);
-    EXPECT_FALSE(d.oversubscribed);
-  }
-  EXPECT_EQ(choose_device(5, 8, std::string("0,1,2,3"), std::nullopt, false).local_device, 1u);
-  EXPECT_TRUE(choose_device(5, 8, std::string("0,1,2,3"), std::nullopt, false).oversubscribed);
-  // Slurm bound one GPU per task: index 0 within it
-  EXPECT_EQ(choose_device(3, 4, std::string("3"), std::string("0,1,2,3"), false).local_device, 0u);
-  // two GPUs per task, bound
-  EXPECT_EQ(choose_device(1, 2, std::string("2,3"), std::string("0,1,2,3"), false).local_device,
-            0u);
-  // no GPUs
-  EXPECT_FALSE(choose_device(0, 1, std::nullopt, std::nullopt, false).local_device);
-  EXPECT_FALSE(choose_device(0, 1, std::string(""), std::nullopt, false).local_device);
-  EXPECT_FALSE(choose_device(0, 1, std::string("NoDevFiles"), std::nullopt, false).local_device);
-}
-
-TEST(Device, BindNarrowsVisibleDevices) {
-  auto d = choose_device(2, 4, std::string("4,5,6,7"), std::string("4,5,6,7"), true);
-  EXPECT_EQ(d.visible_devices, "6");
-  EXPECT_EQ(d.local_device, 0u);
-  auto u = choose_device(1, 2, std::string("GPU-aa,GPU-bb"), std::nullopt, true);
-  EXPECT_EQ(u.visible_devices, "GPU-bb");
-}
-
 TEST(TaskEnv, ExportsTheTorchrunContract) {
   auto net = net_on("10.77.0.12");
   Settings s;
@@ -410,7 +382,7 @@ TEST(TaskEnv, ExportsTheTorchrunContract) {
   TaskFacts t;
   t.local_rank = 1;
   t.global_rank = 5;
-  t.cuda_visible_devices = "0,1,2,3";
+  t.gpus = gpu_list("CUDA_VISIBLE_DEVICES", "0,1,2,3");
   auto env = as_map(task_environment(p, t, net.view()));
   EXPECT_EQ(env["RANK"], "5");
   EXPECT_EQ(env["LOCAL_RANK"], "1");
@@ -489,7 +461,7 @@ TEST(TaskEnv, TorchrunLauncherExportsPetVariablesNotRanks) {
   StepPlan p = plan_step(s, f, net.view());
   TaskFacts t;
   t.global_rank = 1;
-  t.cuda_visible_devices = "0,1";
+  t.gpus = gpu_list("CUDA_VISIBLE_DEVICES", "0,1");
   auto env = as_map(task_environment(p, t, net.view()));
   EXPECT_EQ(env["PET_NNODES"], "2");
   EXPECT_EQ(env["PET_NODE_RANK"], "1");
@@ -506,7 +478,7 @@ TEST(TaskEnv, TorchrunLauncherExportsPetVariablesNotRanks) {
     EXPECT_EQ(env[k], std::nullopt) << k << " is unset";
   }
   // no GPUs: torchrun's own default or flag
-  t.cuda_visible_devices.reset();
+  t.gpus = {};
   EXPECT_EQ(as_map(task_environment(p, t, net.view()))["PET_NPROC_PER_NODE"], std::nullopt);
   // two agents on one node would claim one node rank twice
   StepPlan two = plan_step(s, facts(1), net.view());

@@ -39,6 +39,7 @@ TEST(Plugstack, Defaults) {
   EXPECT_GT(c.port_range.lo, 60999);  // above Linux's ephemeral range
   EXPECT_TRUE(c.networks.empty());
   EXPECT_FALSE(c.bind_gpu);
+  EXPECT_TRUE(c.threads);
 }
 
 TEST(Plugstack, EveryKey) {
@@ -56,7 +57,21 @@ TEST(Plugstack, EveryKey) {
   EXPECT_TRUE(c.verbose);
   EXPECT_EQ(c.launcher, Launcher::kDirect);
   EXPECT_EQ(parse_plugstack_args({"launcher=torchrun"}).launcher, Launcher::kTorchrun);
-  EXPECT_EQ(plugstack_keys().size(), 8u);
+  EXPECT_FALSE(parse_plugstack_args({"threads=no"}).threads);
+  EXPECT_TRUE(parse_plugstack_args({"threads=no", "threads=yes"}).threads);
+  EXPECT_EQ(plugstack_keys().size(), 9u);
+}
+
+TEST(Plugstack, ThreadsKeyIsDocumented) {
+  bool found = false;
+  for (const auto& k : plugstack_keys()) {
+    if (std::string(k.key) != "threads") continue;
+    found = true;
+    EXPECT_STREQ(k.form, "yes|no");
+    EXPECT_STREQ(k.default_value, "yes");
+    EXPECT_THAT(k.help, HasSubstr("OMP_NUM_THREADS"));
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST(Plugstack, StrictErrorsNameKeyValueAndForm) {
@@ -69,6 +84,8 @@ TEST(Plugstack, StrictErrorsNameKeyValueAndForm) {
               HasSubstr("invalid plugstack argument port_range='9-1'"));
   EXPECT_THAT(error_of({"network=10.0.0.0/40"}), HasSubstr("network prefix length='40'"));
   EXPECT_THAT(error_of({"ifname=a b"}), HasSubstr("ifname='a b'"));
+  EXPECT_THAT(error_of({"threads=some"}),
+              HasSubstr("invalid plugstack argument threads='some': expected one of yes|no"));
   EXPECT_THAT(error_of({"launcher=mpirun"}),
               HasSubstr("invalid plugstack argument launcher='mpirun': expected one of direct, "
                         "torchrun, master-only"));
@@ -94,6 +111,50 @@ TEST(Resolve, LauncherPrecedence) {
   for (Launcher l : {Launcher::kDirect, Launcher::kTorchrun, Launcher::kMasterOnly}) {
     EXPECT_EQ(parse_launcher("x", to_string(l)), l);
   }
+}
+
+TEST(Resolve, ThreadsPrecedence) {
+  PlugstackConfig conf;
+  FakeEnv env;
+  UserOptions opts;
+  EXPECT_TRUE(resolve_settings(opts, env.lookup(), conf).threads);  // default yes
+  conf.threads = false;
+  EXPECT_FALSE(resolve_settings(opts, env.lookup(), conf).threads);
+  env.vars[kEnvThreads] = "1";  // parsed like SLURMDDP_BIND_GPU
+  EXPECT_TRUE(resolve_settings(opts, env.lookup(), conf).threads);
+  env.vars[kEnvThreads] = "no";
+  EXPECT_FALSE(resolve_settings(opts, env.lookup(), conf).threads);
+  opts.threads = "yes";
+  EXPECT_TRUE(resolve_settings(opts, env.lookup(), conf).threads);
+  opts.threads = "No";
+  EXPECT_FALSE(resolve_settings(opts, env.lookup(), conf).threads);
+}
+
+TEST(Resolve, BadThreadsValuesNameTheirSource) {
+  PlugstackConfig conf;
+  FakeEnv env;
+  UserOptions opts;
+  opts.threads = "maybe";
+  try {
+    resolve_settings(opts, env.lookup(), conf);
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("invalid --ddp-threads='maybe': expected yes or no"));
+  }
+  opts.threads = "";  // --ddp-threads= with no value
+  EXPECT_THROW(resolve_settings(opts, env.lookup(), conf), LaunchError);
+  opts.threads.reset();
+  env.vars[kEnvThreads] = "sometimes";
+  try {
+    resolve_settings(opts, env.lookup(), conf);
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr("invalid SLURMDDP_THREADS='sometimes': expected one of yes|no"));
+  }
+  // A good option does not hide a bad variable: every source is validated.
+  opts.threads = "yes";
+  EXPECT_THROW(resolve_settings(opts, env.lookup(), conf), LaunchError);
 }
 
 TEST(Resolve, PrecedenceOptionOverEnvironmentOverPlugstack) {

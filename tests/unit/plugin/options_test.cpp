@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "error.h"
 #include "token.h"
 
 namespace slurmddp::plugin {
@@ -18,8 +19,9 @@ TEST(Options, TableIsCompleteAndPrefixed) {
     EXPECT_EQ(std::string(o.usage).rfind("[ddp] ", 0), 0u) << o.name;
     EXPECT_EQ(o.has_arg != 0, o.arginfo != nullptr) << o.name;
   }
-  EXPECT_EQ(names, (std::set<std::string>{"ddp", "no-ddp", "ddp-port", "ddp-addr", "ddp-ifname",
-                                          "ddp-bind-gpu", "ddp-verbose", "ddp-launcher"}));
+  EXPECT_EQ(names,
+            (std::set<std::string>{"ddp", "no-ddp", "ddp-port", "ddp-addr", "ddp-ifname",
+                                   "ddp-bind-gpu", "ddp-verbose", "ddp-launcher", "ddp-threads"}));
 }
 
 TEST(Options, RecordIsIdempotent) {
@@ -34,6 +36,36 @@ TEST(Options, RecordIsIdempotent) {
   EXPECT_TRUE(record_option(o, kOptLauncher, "torchrun"));
   EXPECT_EQ(o.launcher, "torchrun");
   EXPECT_FALSE(record_option(o, 999, nullptr));
+}
+
+TEST(Options, ThreadsTakesYesOrNo) {
+  const OptionDoc* doc = nullptr;
+  for (const auto& o : option_table()) {
+    if (std::string(o.name) == "ddp-threads") doc = &o;
+  }
+  ASSERT_NE(doc, nullptr);
+  EXPECT_EQ(doc->id, kOptThreads);
+  EXPECT_EQ(doc->has_arg, 1);
+  EXPECT_STREQ(doc->arginfo, "yes|no");
+  EXPECT_STREQ(doc->usage,
+               "[ddp] Export OMP_NUM_THREADS and BLAS thread counts from the task's CPUs "
+               "(default yes)");
+
+  // The raw value is recorded (twice: idempotent); resolve_settings validates it.
+  launch::UserOptions o;
+  EXPECT_TRUE(record_option(o, kOptThreads, "no"));
+  EXPECT_TRUE(record_option(o, kOptThreads, "no"));
+  EXPECT_EQ(o.threads, "no");
+  auto no_env = [](const char*) -> std::optional<std::string> { return std::nullopt; };
+  EXPECT_FALSE(launch::resolve_settings(o, no_env, {}).threads);
+  EXPECT_TRUE(record_option(o, kOptThreads, "perhaps"));
+  EXPECT_EQ(o.threads, "perhaps");
+  try {
+    launch::resolve_settings(o, no_env, {});
+    FAIL();
+  } catch (const launch::LaunchError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("--ddp-threads='perhaps': expected yes or no"));
+  }
 }
 
 TEST(Token, Is128RandomBitsInHex) {

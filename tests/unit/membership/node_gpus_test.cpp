@@ -1,0 +1,85 @@
+// Note [Node GPUs]: ranks of one node settle their GPUs from each other's join
+// records (ranks as threads on the in-process store).
+#include "group/node_gpus.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "parse.h"
+
+namespace slurmddp {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+// Each rank's outcome when rank r sees lists[r] (CUDA_VISIBLE_DEVICES) and
+// has device presets[r] (-1: none).
+std::vector<NodeGpuOutcome> settle(const std::vector<std::string>& lists,
+                                   const std::vector<int>& presets) {
+  auto store = make_in_process_store();
+  const int n = static_cast<int>(lists.size());
+  std::vector<int> node_ranks;
+  for (int r = 0; r < n; ++r) node_ranks.push_back(r);
+  std::vector<NodeGpuOutcome> out(lists.size());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ProcessIdentity id;
+      id.rank = r;
+      id.world_size = n;
+      id.local_rank = r;
+      id.local_world_size = n;
+      id.gpu_variable = "CUDA_VISIBLE_DEVICES";
+      for (const auto& g : launch::split(lists[static_cast<size_t>(r)], ',')) id.gpus.push_back(g);
+      if (presets[static_cast<size_t>(r)] >= 0) id.local_device = presets[static_cast<size_t>(r)];
+      id.device_why = "rule";
+      membership::JoinOptions o;
+      o.store = store;
+      o.prefix = "t";
+      o.rank = r;
+      o.size = n;
+      o.deadline = membership::Clock::now() + 10s;
+      o.fields = node_gpu_fields(id, id.gpus);
+      auto group = membership::Membership::join(o);
+      out[static_cast<size_t>(r)] =
+          settle_node_gpus(id, *group, node_ranks, "n1", std::string("gres/gpu:closest"));
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST(NodeGpus, RanksOfANodeTakeDistinctGpusFromTheirRecords) {
+  auto out = settle({"0,1", "0,1", "2,3", "2,3"}, {-1, -1, -1, -1});
+  std::vector<std::optional<int>> devices;
+  for (const auto& o : out) {
+    devices.push_back(o.device);
+    EXPECT_EQ(o.conflict, "");
+  }
+  EXPECT_EQ(devices, (std::vector<std::optional<int>>{0, 1, 0, 1}));
+  EXPECT_THAT(out[1].why, HasSubstr("GPU 1 of the node's ranks' GPUs, exchanged at init"));
+}
+
+TEST(NodeGpus, TwoRanksOnOneGpuAreNamedWithTheNodeAndTheBinding) {
+  auto out = settle({"0", "1", "1"}, {0, 0, 0});
+  EXPECT_EQ(out[0].conflict, "");
+  for (size_t r : {1u, 2u}) {
+    EXPECT_THAT(out[r].conflict, HasSubstr("ranks 1 and 2 on node n1 are left on one GPU (1)"));
+    EXPECT_THAT(out[r].conflict, HasSubstr("rank 2 sees CUDA_VISIBLE_DEVICES=1"));
+    EXPECT_THAT(out[r].conflict, HasSubstr("SLURMD_TRES_BIND=gres/gpu:closest"));
+  }
+}
+
+TEST(NodeGpus, NoGpusNoRecordFields) {
+  ProcessIdentity id;
+  EXPECT_TRUE(node_gpu_fields(id, {}).empty());
+}
+
+}  // namespace
+}  // namespace slurmddp
