@@ -87,6 +87,9 @@ GpuList gpu_list(const std::string& variable, const std::optional<std::string>& 
   l.variable = variable;
   if (*value == "NoDevFiles") return l;
   for (auto& id : split(*value, ',')) {
+    // The CUDA and HIP runtimes stop reading the list at an invalid entry:
+    // "-1" (the usual way to hide every GPU) ends it.
+    if (!id.empty() && id[0] == '-') break;
     if (!id.empty()) l.ids.push_back(id);
   }
   return l;

@@ -50,7 +50,8 @@ struct GpuList {
   std::string text() const;  // "CUDA_VISIBLE_DEVICES=0,1", or "no GPU variable"
 };
 // Reads the first variable of kGpuListVariables that is set. Slurm's
-// "NoDevFiles" and empty entries mean no GPU.
+// "NoDevFiles" and empty entries mean no GPU; a negative entry ("-1") ends the
+// list, as it does for the CUDA runtime.
 GpuList read_gpu_list(const std::function<std::optional<std::string>(const char*)>& env);
 // The same list from a known variable's value.
 GpuList gpu_list(const std::string& variable, const std::optional<std::string>& value);

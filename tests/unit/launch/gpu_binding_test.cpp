@@ -45,6 +45,8 @@ TEST(GpuList, ReadsTheFirstVariableSetAndIgnoresSlurmsPlaceholder) {
   EXPECT_TRUE(cuda("NoDevFiles").empty());
   EXPECT_TRUE(cuda("").empty());
   EXPECT_EQ(cuda(",1,").ids, (std::vector<std::string>{"1"}));
+  EXPECT_TRUE(cuda("-1").empty());  // CUDA's "no GPU"
+  EXPECT_EQ(cuda("2,-1,3").ids, (std::vector<std::string>{"2"}));
   EXPECT_EQ(GpuList{}.text(), "no GPU variable");
 }
 
