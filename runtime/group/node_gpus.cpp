@@ -7,22 +7,12 @@
 
 namespace slurmddp {
 
-namespace {
-
-std::string joined(const std::vector<std::string>& ids) {
-  std::string s;
-  for (const auto& id : ids) s += (s.empty() ? "" : ",") + id;
-  return s;
-}
-
-}  // namespace
-
 std::vector<std::pair<std::string, std::string>> node_gpu_fields(
     const ProcessIdentity& id, const std::vector<std::string>& physical) {
   if (id.gpus.empty()) return {};
-  return {{"gpus", joined(physical)},
+  return {{"gpus", launch::join(physical, ',')},
           {"gpu_index", std::to_string(id.local_device.value_or(-1))},
-          {"gpu_list", id.gpu_variable + "=" + joined(id.gpus)}};
+          {"gpu_list", launch::GpuList{id.gpu_variable, id.gpus}.text()}};
 }
 
 NodeGpuOutcome settle_node_gpus(const ProcessIdentity& id, const membership::Membership& group,

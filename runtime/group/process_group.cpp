@@ -7,6 +7,7 @@
 #include "comm/over_membership.h"
 #include "common/log.h"
 #include "env/locality.h"
+#include "gpu_binding.h"
 #include "group/duration.h"
 #include "group/node_gpus.h"
 #include "group/rendezvous_store.h"
@@ -133,6 +134,7 @@ std::vector<std::string> physical_gpus(const ProcessIdentity& id) {
 // join at once on every rank, naming both choices and why each was made.
 std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id,
                                                    const BackendChoice& choice,
+                                                   const std::vector<std::string>& physical,
                                                    const std::shared_ptr<Store>& store,
                                                    std::chrono::milliseconds timeout) {
   const Backend backend = choice.backend;
@@ -147,7 +149,7 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id,
             ", host=" + host_name() + ", timeout_ms=" + std::to_string(timeout.count());
   j.locality = locality_from_environment(id);
   std::vector<std::string> agree;
-  const auto gpu_fields = node_gpu_fields(id, physical_gpus(id));  // Note [Node GPUs]
+  const auto gpu_fields = node_gpu_fields(id, physical);  // Note [Node GPUs]
 #if SLURMDDP_HAVE_GLOO
   if (backend == Backend::kGloo) {
     j.fields = comm::gloo_join_fields();
@@ -209,12 +211,6 @@ bool gpu_usable() {
 #endif
 }
 
-std::string gpu_list_text(const ProcessIdentity& id) {
-  std::string s = id.gpu_variable + "=";
-  for (size_t i = 0; i < id.gpus.size(); ++i) s += (i ? "," : "") + id.gpus[i];
-  return s;
-}
-
 std::string env_shown(const char* name) {
   auto v = getenv_opt(name);
   return std::string(name) + "=" + (v ? "'" + *v + "'" : "<unset>");
@@ -257,8 +253,9 @@ BackendChoice choose_backend(const InitOptions& options, const ProcessIdentity& 
     }
   }
   if (c.backend == Backend::kAuto) {
-    const std::string gpu =
-        id.local_device ? "GPU " + std::to_string(*id.local_device) : "GPUs " + gpu_list_text(id);
+    const std::string gpu = id.local_device
+                                ? "GPU " + std::to_string(*id.local_device)
+                                : "GPUs " + launch::GpuList{id.gpu_variable, id.gpus}.text();
     if (!id.local_device && id.gpus.empty()) {
       c.backend = Backend::kGloo;
       c.why = "auto: no GPU for this task";
@@ -334,7 +331,7 @@ std::unique_ptr<Communicator> make_communicator(
 // Note [Node GPUs]: this rank's device among the node's ranks, or the
 // failure when NCCL would get two ranks on one GPU.
 void settle_device(ProcessIdentity& id, const BackendChoice& choice,
-                   const membership::Membership& group) {
+                   const std::vector<std::string>& physical, const membership::Membership& group) {
   if (id.gpus.empty()) return;
   const membership::Locality where = locality_from_environment(id);
   const NodeGpuOutcome o =
@@ -342,12 +339,11 @@ void settle_device(ProcessIdentity& id, const BackendChoice& choice,
   id.local_device = o.device;
   id.device_why = o.why;
   if (o.conflict.empty()) return;
-  const bool physical = physical_gpus(id) != id.gpus;
   if (choice.backend == Backend::kNccl) {
     throw InvalidArgument("init: " + o.conflict + "; rank=" + std::to_string(id.rank) +
                           ", host=" + host_name() + ", backend nccl (" + choice.why + ")");
   }
-  if (physical) SLURMDDP_LOG_WARN(kComponent, o.conflict);
+  if (physical != id.gpus) SLURMDDP_LOG_WARN(kComponent, o.conflict);
 }
 
 }  // namespace
@@ -410,8 +406,10 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
                                               << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
 
   std::shared_ptr<Store> store = rendezvous_store(id, bootstrap, timeout, "init: ");
-  auto group = join_group(id, choice, store, timeout);
-  settle_device(id, choice, *group);
+  // Note [Node GPUs]: asked of the CUDA runtime once, for the join and the settling.
+  const std::vector<std::string> physical = physical_gpus(id);
+  auto group = join_group(id, choice, physical, store, timeout);
+  settle_device(id, choice, physical, *group);
   auto comm = make_communicator(choice.backend, id, store, group, timeout);
   return std::make_unique<Group>(std::move(id), std::move(store), std::move(comm), timeout,
                                  bootstrap);

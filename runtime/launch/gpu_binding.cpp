@@ -65,12 +65,6 @@ std::optional<uint32_t> small_count(const std::string& text) {
   return static_cast<uint32_t>(*v);
 }
 
-std::string joined(const std::vector<std::string>& ids) {
-  std::string s;
-  for (const auto& id : ids) s += (s.empty() ? "" : ",") + id;
-  return s;
-}
-
 std::string bind_text(const GpuBind& b) {
   return "--gpu-bind=" + b.text;
 }
@@ -78,7 +72,7 @@ std::string bind_text(const GpuBind& b) {
 }  // namespace
 
 std::string GpuList::text() const {
-  return variable.empty() ? "no GPU variable" : variable + "=" + joined(ids);
+  return variable.empty() ? "no GPU variable" : variable + "=" + join(ids, ',');
 }
 
 GpuList gpu_list(const std::string& variable, const std::optional<std::string>& value) {

@@ -93,6 +93,15 @@ PortRange parse_port_range(std::string_view name, std::string_view value) {
   return r;
 }
 
+std::string join(const std::vector<std::string>& items, char sep) {
+  std::string s;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) s += sep;
+    s += items[i];
+  }
+  return s;
+}
+
 std::vector<std::string> split(std::string_view s, char sep) {
   std::vector<std::string> out;
   size_t start = 0;

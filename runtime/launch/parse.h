@@ -40,6 +40,8 @@ std::vector<uint32_t> parse_tasks_per_node(std::string_view name, std::string_vi
 
 // Splits "a,b,c" on commas; empty items are kept (callers decide).
 std::vector<std::string> split(std::string_view s, char sep);
+// The inverse: the items with `sep` between them.
+std::string join(const std::vector<std::string>& items, char sep);
 
 // Returns the quoted form used in error messages: 'value' (control characters escaped,
 // long values shortened), so a garbled variable cannot break the log line.
