@@ -5,7 +5,10 @@
 #include <gloo/allreduce_ring.h>
 #include <gloo/broadcast_one_to_all.h>
 
+#include <algorithm>
 #include <climits>
+#include <exception>
+#include <thread>
 
 #include "comm/reduce.h"
 #include "slurmddp/error.h"
@@ -133,25 +136,54 @@ std::shared_ptr<CachedAlgorithm> make_allreduce_pair_exchange(
                         to_string(type) + " is reduced as float32; type=" + to_string(type));
 }
 
-void prime_send_buffers(gloo::Context& context, size_t bytes) {
-  const int n = context.size;
-  std::vector<uint8_t> out(bytes);
-  std::vector<uint8_t> in(bytes * static_cast<size_t>(n - 1));
-  const int slot = context.nextSlot();
-  std::vector<std::unique_ptr<gloo::transport::Buffer>> sends;
-  std::vector<std::unique_ptr<gloo::transport::Buffer>> recvs;
-  size_t k = 0;
-  for (int j = 0; j < n; ++j) {
-    if (j == context.rank) continue;
-    recvs.push_back(context.getPair(j)->createRecvBuffer(slot, in.data() + bytes * k++, bytes));
+void prime_send_buffers(const std::shared_ptr<gloo::Context>& context, size_t bytes) {
+  const size_t floats = bytes / sizeof(float);
+  if (context->size < 2 || floats == 0) return;
+  const auto allreduce =
+      context->size == 2
+          ? make_allreduce_pair_exchange(context, DataType::kFloat32, ReduceOp::kSum, floats)
+          : make_allreduce_hd(context, DataType::kFloat32, ReduceOp::kSum, floats);
+  allreduce->algorithm->run();
+  // The ring allgather's messages (a rank's block, at most bytes / N) go to
+  // the right neighbour: one exchange around the ring sizes them, where the
+  // allgather itself would take N - 1 steps.
+  const int n = context->size;
+  const size_t block = bytes / static_cast<size_t>(n);
+  if (n < 3 || block == 0) return;  // two ranks: the pair exchange above did it
+  std::vector<uint8_t> out(block), in(block);
+  const int slot = context->nextSlot();
+  auto recv =
+      context->getPair((context->rank + n - 1) % n)->createRecvBuffer(slot, in.data(), block);
+  auto send = context->getPair((context->rank + 1) % n)->createSendBuffer(slot, out.data(), block);
+  send->send();
+  recv->waitRecv();
+  send->waitSend();
+}
+
+void set_sync_mode(gloo::Context& context, int threads) {
+  std::vector<int> peers;
+  for (int j = 0; j < context.size; ++j) {
+    if (j != context.rank) peers.push_back(j);
   }
-  for (int j = 0; j < n; ++j) {
-    if (j == context.rank) continue;
-    sends.push_back(context.getPair(j)->createSendBuffer(slot, out.data(), bytes));
+  const size_t n = std::min(peers.size(), static_cast<size_t>(std::max(threads, 1)));
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> workers;
+  workers.reserve(n);
+  for (size_t t = 0; t < n; ++t) {
+    workers.emplace_back([&, t] {
+      try {
+        for (size_t k = t; k < peers.size(); k += n) {
+          context.getPair(peers[k])->setSync(true, false);
+        }
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    });
   }
-  for (auto& s : sends) s->send();
-  for (auto& r : recvs) r->waitRecv();
-  for (auto& s : sends) s->waitSend();
+  for (auto& w : workers) w.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
 }
 
 std::shared_ptr<CachedAlgorithm> make_allreduce_hd(const std::shared_ptr<gloo::Context>& context,

@@ -83,12 +83,7 @@ void GlooCommunicator::allreduce_native(void* user, size_t count, DataType type,
     return;
   }
   if (comm::choose_allreduce_tier(bytes, small_max_) == comm::AllreduceTier::kSmallSync) {
-    const std::string key = std::string("allreduce/") + to_string(type) + "/" + to_string(base) +
-                            "/" + std::to_string(count);
-    auto entry = cache_.get(key, [&] {
-      return size_ == 2 ? comm::make_allreduce_pair_exchange(sync_ctx_, type, base, count)
-                        : comm::make_allreduce_hd(sync_ctx_, type, base, count);
-    });
+    const auto entry = small_allreduce(type, base, count);
     in(entry->in.data());
     entry->algorithm->run();
     out(entry->in.data());
@@ -104,13 +99,22 @@ void GlooCommunicator::allreduce_native(void* user, size_t count, DataType type,
   out(buffer);
 }
 
-void GlooCommunicator::ring_allreduce(void* data, size_t count, DataType type, ReduceOp base) {
-  gloo_allreduce(async_ctx_, tag_, data, count, type, base);
+std::shared_ptr<CachedAlgorithm> GlooCommunicator::small_allreduce(DataType type, ReduceOp base,
+                                                                   size_t count) {
+  const std::string key = std::string("allreduce/") + to_string(type) + "/" + to_string(base) +
+                          "/" + std::to_string(count);
+  return cache_.get(key, [&] {
+    return size_ == 2 ? comm::make_allreduce_pair_exchange(sync_ctx_, type, base, count)
+                      : comm::make_allreduce_hd(sync_ctx_, type, base, count);
+  });
 }
 
-void GlooCommunicator::gloo_allreduce(const std::shared_ptr<gloo::rendezvous::Context>& ctx,
-                                      uint32_t& tag, void* data, size_t count, DataType type,
-                                      ReduceOp base) {
+void GlooCommunicator::ring_allreduce(void* data, size_t count, DataType type, ReduceOp base) {
+  gloo_allreduce(async_mesh(), tag_, data, count, type, base);
+}
+
+void GlooCommunicator::gloo_allreduce(const std::shared_ptr<gloo::Context>& ctx, uint32_t& tag,
+                                      void* data, size_t count, DataType type, ReduceOp base) {
   if (ctx->size == 1) return;
   gloo::AllreduceOptions opts(ctx);
   switch (type) {
@@ -149,7 +153,7 @@ void GlooCommunicator::do_broadcast(void* data, size_t count, DataType type, int
     if (rank_ != root) std::memcpy(data, entry->in.data(), bytes);
     return;
   }
-  gloo::BroadcastOptions opts(async_ctx_);
+  gloo::BroadcastOptions opts(async_mesh());
   opts.setOutput(static_cast<uint8_t*>(data), bytes);
   opts.setRoot(root);
   opts.setTag(tag_++);
@@ -174,7 +178,7 @@ void GlooCommunicator::do_allgather(const void* send, void* recv, size_t count, 
     std::memcpy(out, entry->out.data(), total);
     return;
   }
-  gloo::AllgatherOptions opts(async_ctx_);
+  gloo::AllgatherOptions opts(async_mesh());
   if (send != out + static_cast<size_t>(rank_) * bytes) {
     opts.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(send)), bytes);
   }

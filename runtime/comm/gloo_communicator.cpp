@@ -6,7 +6,6 @@
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
-#include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -28,7 +27,6 @@
 #include "comm/gloo_algorithms.h"
 #include "comm/gloo_communicator_impl.h"
 #include "comm/gloo_failure.h"
-#include "comm/gloo_store.h"
 #include "comm/gloo_work.h"
 #include "comm/over_membership.h"
 #include "comm/reduce.h"
@@ -98,22 +96,41 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
           "gloo: failed to bind the TCP transport: " + comm::strip_gloo_location(e.what()) + "; " +
           bind_.source + ", " + keys);
     }
+    // Where setup time goes, for the debug log (Note [Init at scale]).
+    std::string phases;
+    auto phase_start = std::chrono::steady_clock::now();
+    const auto phase = [&](const char* name) {
+      const auto now = std::chrono::steady_clock::now();
+      phases +=
+          (phases.empty() ? "" : " ") + std::string(name) + "=" +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - phase_start).count());
+      phase_start = now;
+    };
     join(std::move(group));
+    phase("join");
     sync_ctx_ = connect_mesh("sync");
+    phase("mesh");
     if (small_max_ > 0) {
       try {
-        comm::prime_send_buffers(*sync_ctx_, small_max_);  // Note [Priming send buffers]
+        comm::prime_send_buffers(sync_ctx_, small_max_);  // Note [Priming send buffers]
       } catch (const std::exception& e) {
         throw PeerError("gloo: failed to prime the sync mesh of '" + prefix_ +
                         "': " + comm::strip_gloo_location(e.what()) + "; " + keys);
       }
     }
-    for (int j = 0; j < size_; ++j) {
-      if (j != rank_) sync_ctx_->getPair(j)->setSync(true, false);
+    phase("prime");
+    try {
+      comm::set_sync_mode(*sync_ctx_);
+    } catch (const std::exception& e) {
+      throw PeerError("gloo: failed to switch the sync mesh of '" + prefix_ +
+                      "' to blocking mode: " + comm::strip_gloo_location(e.what()) + "; " + keys);
     }
-    async_ctx_ = connect_mesh("async");
+    phase("blocking");
     setup_shm_tier();  // Note [Shared-memory tier]
+    phase("shm");
     publish_endpoints();
+    phase("endpoints");
     // The mesh records of this rank's previous group on the prefix are spent
     // (Note [Rendezvous generations]).
     for (const std::string name : {"sync/", "sync/rank_", "async/", "async/rank_"}) {
@@ -125,9 +142,10 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
       }
     }
     SLURMDDP_LOG_DEBUG(kGlooComponent,
-                       "communicator '" << prefix_ << "' ready: rank=" << rank_
-                                        << ", size=" << size_ << ", " << bind_.source << ", device="
-                                        << device_->str() << ", timeout_ms=" << timeout_.count());
+                       "communicator '"
+                           << prefix_ << "' ready: rank=" << rank_ << ", size=" << size_ << ", "
+                           << bind_.source << ", device=" << device_->str()
+                           << ", timeout_ms=" << timeout_.count() << ", setup_ms: " << phases);
   }
   if (!group_) {
     // One rank: nobody to meet, nothing in the store.
@@ -179,12 +197,35 @@ void GlooCommunicator::join(std::shared_ptr<membership::Membership> group) {
       small_max_, size_, wmem && *wmem > 0 ? static_cast<size_t>(*wmem) : kDefaultWmemMax);
 }
 
-std::shared_ptr<gloo::rendezvous::Context> GlooCommunicator::connect_mesh(const char* name) {
-  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-  ctx->setTimeout(timeout_);
-  comm::GlooStoreAdapter adapter(store_, group_->key(name) + "/", timeout_);
+const std::shared_ptr<MeshContext>& GlooCommunicator::async_mesh() {
+  // Note [Lazy meshes]
+  //   The event-loop mesh carries only messages above the blocking threshold
+  //   (the ring allreduce, large broadcasts and allgathers): a group that never
+  //   sends one (small models, control traffic, the shared-memory tier's
+  //   allreduce) never pays for its N - 1 connections a rank, and init() makes
+  //   one mesh, as torch's Gloo group does, not two. Every rank connects it
+  //   at the same operation: the first whose size, against the agreed
+  //   threshold, takes the event loop, which is the same on every rank because
+  //   collectives are issued in the same order with the same sizes everywhere.
+  //   A blocking one-element allreduce on the connected sync mesh goes first:
+  //   a peer that has gone (its connections closed) is named at once, as it
+  //   would be by the operation itself, and not after the timeout of the
+  //   connection's store exchange; a rank that is alive but never gets there
+  //   (hung, or issuing another operation) fails the others within the
+  //   timeout, diagnosed like any failure of an operation (Note [Failure
+  //   notes]).
+  if (!async_ctx_) {
+    small_allreduce(DataType::kInt32, ReduceOp::kSum, 1)->algorithm->run();
+    async_ctx_ = connect_mesh("async");
+    publish_endpoints();
+  }
+  return async_ctx_;
+}
+
+std::shared_ptr<MeshContext> GlooCommunicator::connect_mesh(const char* name) {
+  auto ctx = std::make_shared<MeshContext>(rank_, size_, timeout_);
   try {
-    ctx->connectFullMesh(adapter, device_);
+    ctx->connect(*store_, group_->key(name) + "/", device_);  // Note [Mesh connection]
   } catch (const Error&) {
     throw;  // already in our grammar (e.g. a store timeout naming the keys)
   } catch (const std::exception& e) {
@@ -197,28 +238,19 @@ std::shared_ptr<gloo::rendezvous::Context> GlooCommunicator::connect_mesh(const 
 }
 
 void GlooCommunicator::publish_endpoints() {
+  // Per peer, the addresses this rank listens on for it, as Gloo prints them
+  // in the peer's errors, with and without a "$<sequence>" (Note [Failure
+  // notes], step 1).
   std::vector<std::vector<std::string>> per_peer(static_cast<size_t>(size_));
-  for (int j = 0; j < size_; ++j) {
-    if (j == rank_) continue;
-    per_peer[static_cast<size_t>(j)] = {sync_ctx_->getPair(j)->address().str(),
-                                        async_ctx_->getPair(j)->address().str()};
-  }
-  // The listening addresses the meshes exchanged name the same connections
-  // (Note [Failure notes], step 1).
-  for (const char* name : {"sync", "async"}) {
-    try {
-      const Bytes record =
-          store_->get(group_->key(std::string(name) + "/" + std::to_string(rank_)), timeout_);
-      const auto exchanged =
-          comm::exchanged_endpoints(std::vector<char>(record.begin(), record.end()), rank_, size_);
-      for (int j = 0; j < size_; ++j) {
-        for (const auto& e : exchanged[static_cast<size_t>(j)]) {
-          per_peer[static_cast<size_t>(j)].push_back(e);
-        }
+  for (MeshContext* ctx : {sync_ctx_.get(), async_ctx_.get()}) {
+    if (ctx == nullptr) continue;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      auto& list = per_peer[static_cast<size_t>(j)];
+      for (const std::string& e :
+           {ctx->getPair(j)->address().str(), ctx->endpoints()[static_cast<size_t>(j)].front()}) {
+        if (std::find(list.begin(), list.end(), e) == list.end()) list.push_back(e);
       }
-    } catch (const std::exception& e) {
-      SLURMDDP_LOG_DEBUG(kGlooComponent,
-                         "reading the " << name << " mesh's address record: " << e.what());
     }
   }
   store_->set(comm::endpoints_key(group_->scope(), rank_),

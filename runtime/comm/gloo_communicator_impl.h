@@ -4,7 +4,6 @@
 // Note [Choosing Gloo's entry point] in gloo_communicator.h).
 #pragma once
 
-#include <gloo/rendezvous/context.h>
 #include <gloo/transport/device.h>
 
 #include <chrono>
@@ -20,6 +19,7 @@
 
 #include "comm/gloo_algorithms.h"
 #include "comm/gloo_failure.h"
+#include "comm/gloo_mesh.h"
 #include "comm/gloo_setup.h"
 #include "comm/gloo_work.h"
 #include "comm/shm_node.h"
@@ -67,7 +67,10 @@ class GlooCommunicator final : public Communicator {
 
   // Setup (constructor).
   void join(std::shared_ptr<membership::Membership> group);
-  std::shared_ptr<gloo::rendezvous::Context> connect_mesh(const char* name);
+  std::shared_ptr<MeshContext> connect_mesh(const char* name);
+  // The event-loop mesh, connected by the first operation that needs it
+  // (Note [Lazy meshes]); worker thread only.
+  const std::shared_ptr<MeshContext>& async_mesh();
   void publish_endpoints();
   void setup_shm_tier();  // Note [Shared-memory tier]
 
@@ -89,9 +92,11 @@ class GlooCommunicator final : public Communicator {
                         const Stage& out);
   void ring_allreduce(void* data, size_t count, DataType type, ReduceOp base);
   // `tag`: the context's own counter (every rank of the context counts alike).
-  void gloo_allreduce(const std::shared_ptr<gloo::rendezvous::Context>& ctx, uint32_t& tag,
-                      void* data, size_t count, DataType type, ReduceOp base);
+  void gloo_allreduce(const std::shared_ptr<gloo::Context>& ctx, uint32_t& tag, void* data,
+                      size_t count, DataType type, ReduceOp base);
   void tiered_allreduce(void* data, size_t count, DataType type, ReduceOp base);
+  // The cached blocking allreduce of `count` elements on the flat sync mesh.
+  std::shared_ptr<CachedAlgorithm> small_allreduce(DataType type, ReduceOp base, size_t count);
   void do_broadcast(void* data, size_t count, DataType type, int root);
   void do_allgather(const void* send, void* recv, size_t count, DataType type);
   void do_reduce_scatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
@@ -109,8 +114,8 @@ class GlooCommunicator final : public Communicator {
   Bind bind_;
 
   std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<gloo::rendezvous::Context> sync_ctx_;
-  std::shared_ptr<gloo::rendezvous::Context> async_ctx_;
+  std::shared_ptr<MeshContext> sync_ctx_;
+  std::shared_ptr<MeshContext> async_ctx_;  // null until async_mesh()
 
   // The shared-memory tier (Note [Shared-memory tier]): on when tiered_.
   bool tiered_ = false;
@@ -118,7 +123,7 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<ShmNode> shm_;  // null on a node with one rank
   bool node_leader_ = false;
   uint32_t leaders_tag_ = 0;
-  std::shared_ptr<gloo::rendezvous::Context> leaders_ctx_;  // the node leaders, when several
+  std::shared_ptr<MeshContext> leaders_ctx_;  // the node leaders, when several
 
   // Worker-thread state.
   AlgorithmCache cache_{kCacheBudget};

@@ -2,7 +2,6 @@
 
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
-#include <gloo/transport/tcp/address.h>
 
 #include <algorithm>
 #include <cctype>
@@ -110,32 +109,6 @@ std::vector<std::string> decode_endpoints(const std::string& text, int peer) {
     return out;
   }
   return {};
-}
-
-std::vector<std::vector<std::string>> exchanged_endpoints(const std::vector<char>& record, int rank,
-                                                          int size) {
-  std::vector<std::vector<std::string>> out(static_cast<size_t>(std::max(size, 0)));
-  const size_t one = gloo::transport::tcp::Address().bytes().size();
-  if (size < 2 || rank < 0 || rank >= size ||
-      record.size() != one * static_cast<size_t>(size - 1)) {
-    return out;
-  }
-  size_t offset = 0;
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    const std::vector<char> bytes(record.begin() + static_cast<std::ptrdiff_t>(offset),
-                                  record.begin() + static_cast<std::ptrdiff_t>(offset + one));
-    offset += one;
-    try {
-      // As find_endpoint() reads it from a message: "[ip]:port", no "$seq".
-      std::string e = gloo::transport::tcp::Address(bytes).str();
-      e = e.substr(0, e.find('$'));
-      out[static_cast<size_t>(peer)].push_back(e);
-    } catch (const std::exception&) {
-      return std::vector<std::vector<std::string>>(static_cast<size_t>(size));
-    }
-  }
-  return out;
 }
 
 std::string endpoints_key(const std::string& prefix, int rank) {

@@ -43,14 +43,6 @@ std::string encode_endpoints(const std::vector<std::vector<std::string>>& per_pe
 // The endpoints listed for `peer` in a rank's published text.
 std::vector<std::string> decode_endpoints(const std::string& text, int peer);
 
-// The listening addresses (as Gloo prints them) that rank `rank` of `size`
-// handed to Gloo's full-mesh exchange, per peer (index = peer rank; empty for
-// `rank` itself). `record` is what the mesh stored under "<rank>": one TCP
-// address per peer, in rank order. Empty when the record has another shape
-// (another Gloo version): best effort, like the rest of the diagnosis.
-std::vector<std::vector<std::string>> exchanged_endpoints(const std::vector<char>& record, int rank,
-                                                          int size);
-
 // The peer rank behind the observation's endpoint (reads the other ranks'
 // endpoint keys; best effort, never throws). Note [Failure notes], step 1.
 void resolve_peer(const DiagnosisContext& ctx, Observation& o);

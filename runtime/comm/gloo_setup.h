@@ -69,8 +69,8 @@ class ScopedSigpipeBlock {
 size_t local_wmem_max();
 
 // The blocking-socket threshold in force (see GlooOptions::small_max_bytes):
-// Note [Priming send buffers] sends it once to each peer at setup, so large
-// groups shrink it to keep that under 16 MiB; and a primed send buffer
+// Note [Priming send buffers] sizes the send buffers for it, so large groups
+// shrink it to keep their kernel memory under 16 MiB a rank; and a primed send buffer
 // (twice the smaller of it and wmem_max) must hold any blocking message.
 size_t effective_small_max(size_t requested, int size, size_t group_wmem_max);
 

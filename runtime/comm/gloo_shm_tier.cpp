@@ -9,7 +9,6 @@
 
 #include "comm/gloo_communicator.h"
 #include "comm/gloo_communicator_impl.h"
-#include "comm/gloo_store.h"
 #include "comm/reduce.h"
 #include "common/log.h"
 #include "slurmddp/error.h"
@@ -111,11 +110,9 @@ void GlooCommunicator::setup_shm_tier() {
   }
   if (num_nodes_ > 1 && node_leader_) {
     leaders_ctx_ =
-        std::make_shared<gloo::rendezvous::Context>(static_cast<int>(leader_index), num_nodes_);
-    leaders_ctx_->setTimeout(timeout_);
-    GlooStoreAdapter adapter(store_, base + "/leaders/mesh/", timeout_);
+        std::make_shared<MeshContext>(static_cast<int>(leader_index), num_nodes_, timeout_);
     try {
-      leaders_ctx_->connectFullMesh(adapter, device_);
+      leaders_ctx_->connect(*store_, base + "/leaders/mesh/", device_);  // Note [Mesh connection]
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {

@@ -405,12 +405,23 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
                                               << choice.why << ") bootstrap "
                                               << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
 
+  const auto started = std::chrono::steady_clock::now();
+  const auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 t)
+        .count();
+  };
   std::shared_ptr<Store> store = rendezvous_store(id, bootstrap, timeout, "init: ");
+  const auto store_ms = ms_since(started);
   // Note [Node GPUs]: asked of the CUDA runtime once, for the join and the settling.
   const std::vector<std::string> physical = physical_gpus(id);
   auto group = join_group(id, choice, physical, store, timeout);
+  const auto join_ms = ms_since(started) - store_ms;
   settle_device(id, choice, physical, *group);
   auto comm = make_communicator(choice.backend, id, store, group, timeout);
+  SLURMDDP_LOG_DEBUG(kComponent, "ready in " << ms_since(started) << " ms: store " << store_ms
+                                             << " ms, join " << join_ms << " ms, communicator "
+                                             << ms_since(started) - store_ms - join_ms << " ms");
   return std::make_unique<Group>(std::move(id), std::move(store), std::move(comm), timeout,
                                  bootstrap);
 }

@@ -411,6 +411,88 @@ TEST(GlooCommunicator, WaitTimeoutBreaksTheCommunicator) {
 // on blocking sockets (small) and in Gloo's ring (large). (The middle tier
 // only notices within the timeout when its objects are new: see
 // Note [Choosing Gloo's entry point].)
+// Note [Lazy meshes]: the event-loop mesh is connected by the first operation
+// above the blocking threshold, not by the constructor.
+TEST(LazyMesh, TheEventLoopMeshWaitsForTheFirstLargeOperation) {
+  auto store = make_in_process_store();
+  const std::string prefix = unique_prefix();
+  const std::string async_record = prefix + "/1/async/0";
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(3);
+  std::vector<int> before(3, -1), after(3, -1);
+  std::atomic<int> arrived{0};
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto c = make_gloo_communicator(options_for(r, 3, store, prefix, 10s));
+        std::vector<float> small(1001, 1.0f), large(1048579, 1.0f);
+        c->allreduce(small.data(), small.size(), DataType::kFloat32, ReduceOp::kSum)
+            ->wait(c->timeout());
+        c->barrier()->wait(c->timeout());
+        before[static_cast<size_t>(r)] = store->check({async_record}) ? 1 : 0;
+        c->barrier()->wait(c->timeout());
+        c->allreduce(large.data(), large.size(), DataType::kFloat32, ReduceOp::kSum)
+            ->wait(c->timeout());
+        after[static_cast<size_t>(r)] = store->check({async_record}) ? 1 : 0;
+        EXPECT_EQ(large.front(), 3.0f);
+        EXPECT_EQ(large.back(), 3.0f);
+        ++arrived;
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(before[r], 0) << "rank " << r << ": the event-loop mesh before a large operation";
+    EXPECT_EQ(after[r], 1) << "rank " << r << ": the event-loop mesh after one";
+  }
+  EXPECT_EQ(arrived.load(), 3);
+}
+
+// A rank that is alive but never issues the operation that connects the
+// event-loop mesh: the others fail within the timeout, naming it.
+TEST(LazyMesh, ARankThatNeverGetsThereIsNamedWithinTheTimeout) {
+  std::vector<std::string> errors(3);
+  std::vector<double> seconds(3);
+  std::mutex m;
+  std::condition_variable cv;
+  int done = 0;
+  run_group(
+      3,
+      [&](Communicator& c) {
+        c.barrier()->wait(c.timeout());
+        if (c.rank() == 2) {
+          // Alive, connections open, but elsewhere until the others gave up.
+          std::unique_lock<std::mutex> lock(m);
+          cv.wait(lock, [&] { return done == 2; });
+          return;
+        }
+        std::vector<float> large(1048579, 1.0f);
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          c.allreduce(large.data(), large.size(), DataType::kFloat32, ReduceOp::kSum)
+              ->wait(c.timeout() * 3);
+        } catch (const Error& e) {
+          errors[static_cast<size_t>(c.rank())] = e.what();
+        }
+        seconds[static_cast<size_t>(c.rank())] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard<std::mutex> lock(m);
+        ++done;
+        cv.notify_all();
+      },
+      2s);
+  for (int r : {0, 1}) {
+    const auto& e = errors[static_cast<size_t>(r)];
+    EXPECT_NE(e.find("gloo: failed to allreduce 1048579 float32 (sum), op #2: "), std::string::npos)
+        << "rank " << r << ": " << e;
+    EXPECT_NE(e.find("missing=[2]"), std::string::npos) << "rank " << r << ": " << e;
+    EXPECT_LT(seconds[static_cast<size_t>(r)], 2.0 * 2 + 1) << "within the timeout: " << e;
+  }
+}
+
 class DestroyedPeer : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(DestroyedPeer, IsNamedAndBreaksLaterOps) {

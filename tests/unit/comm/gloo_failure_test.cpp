@@ -2,13 +2,9 @@
 // the group diagnosis of Note [Failure notes] over them.
 #include "comm/gloo_failure.h"
 
-#include <arpa/inet.h>
 #include <gloo/common/error.h>
-#include <gloo/transport/tcp/address.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 
-#include <cstring>
 
 #include "../membership/note_helpers.h"
 #include "slurmddp/error.h"
@@ -71,45 +67,6 @@ TEST(Notes, Endpoints) {
             (std::vector<std::string>{"[127.0.0.1]:5", "[127.0.0.1]:6"}));
   EXPECT_EQ(decode_endpoints(text, 0).size(), 2u);
   EXPECT_TRUE(decode_endpoints(text, 1).empty());
-}
-
-gloo::transport::tcp::Address loopback(uint16_t port) {
-  sockaddr_in sin{};
-  sin.sin_family = AF_INET;
-  sin.sin_port = htons(port);
-  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sockaddr_storage ss{};
-  std::memcpy(&ss, &sin, sizeof(sin));
-  return gloo::transport::tcp::Address(ss, 7);
-}
-
-// The mesh's record of rank 1 of 4: one address per peer, in rank order.
-TEST(Notes, ExchangedEndpointsDecodeTheMeshRecord) {
-  const auto a0 = loopback(40001), a2 = loopback(40002), a3 = loopback(40003);
-  std::vector<char> record;
-  for (const auto* a : {&a0, &a2, &a3}) {
-    const auto b = a->bytes();
-    record.insert(record.end(), b.begin(), b.end());
-  }
-  const auto out = exchanged_endpoints(record, 1, 4);
-  ASSERT_EQ(out.size(), 4u);
-  // As find_endpoint() reads Gloo's messages: the "$<sequence>" it may print
-  // after the port is not part of the endpoint.
-  const auto seen = [](const gloo::transport::tcp::Address& a) {
-    return std::vector<std::string>{find_endpoint("Connection closed by peer " + a.str())};
-  };
-  EXPECT_EQ(out[0], seen(a0));
-  EXPECT_TRUE(out[1].empty());
-  EXPECT_EQ(out[2], seen(a2));
-  EXPECT_EQ(out[3], seen(a3));
-  EXPECT_NE(out[0], out[2]);
-  EXPECT_EQ(out[0][0].rfind("[127.0.0.1]:", 0), 0u) << out[0][0];
-
-  // Another shape (another Gloo version, another world size): nothing, no throw.
-  for (const auto& bad : {exchanged_endpoints(record, 1, 3), exchanged_endpoints({}, 0, 4),
-                          exchanged_endpoints(record, 4, 4)}) {
-    for (const auto& peer : bad) EXPECT_TRUE(peer.empty());
-  }
 }
 
 // The store-backed steps: notes written by "other ranks" are found, the
