@@ -142,9 +142,32 @@ void GlooCommunicator::gloo_allreduce(const std::shared_ptr<gloo::Context>& ctx,
   gloo::allreduce(opts);
 }
 
+void GlooCommunicator::tiered_placement(const void* mine, size_t mine_bytes, size_t offset,
+                                        void* out, size_t total) {
+  const auto* src = static_cast<const uint8_t*>(mine);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (size_t begin = 0; begin < total; begin += kTierPiece) {
+    const size_t len = std::min(kTierPiece, total - begin);
+    const size_t words = (len + 3) / 4;
+    uint8_t* piece = scratch(placement_, words * 4);
+    std::memset(piece, 0, words * 4);
+    // This rank's bytes that fall in [begin, begin + len).
+    const size_t lo = std::max(begin, offset);
+    const size_t hi = std::min(begin + len, offset + mine_bytes);
+    if (mine_bytes > 0 && lo < hi) std::memcpy(piece + (lo - begin), src + (lo - offset), hi - lo);
+    tiered_allreduce(piece, words, DataType::kInt32, ReduceOp::kSum);
+    std::memcpy(dst + begin, piece, len);
+  }
+  release(placement_);
+}
+
 void GlooCommunicator::do_broadcast(void* data, size_t count, DataType type, int root) {
   if (count == 0 || size_ == 1) return;
   const size_t bytes = count * element_size(type);
+  if (tiered_) {
+    tiered_placement(data, rank_ == root ? bytes : 0, 0, data, bytes);
+    return;
+  }
   if (bytes <= small_max_) {
     auto entry = cache_.get("broadcast/" + std::to_string(bytes) + "/" + std::to_string(root),
                             [&] { return comm::make_broadcast(sync_ctx_, bytes, root); });
@@ -170,6 +193,10 @@ void GlooCommunicator::do_allgather(const void* send, void* recv, size_t count, 
     return;
   }
   const size_t total = bytes * static_cast<size_t>(size_);
+  if (tiered_) {
+    tiered_placement(send, bytes, bytes * static_cast<size_t>(rank_), out, total);
+    return;
+  }
   if (total <= small_max_) {
     auto entry = cache_.get("allgather/" + std::to_string(bytes),
                             [&] { return comm::make_allgather(sync_ctx_, bytes); });

@@ -96,7 +96,7 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
           "gloo: failed to bind the TCP transport: " + comm::strip_gloo_location(e.what()) + "; " +
           bind_.source + ", " + keys);
     }
-    // Where setup time goes, for the debug log (Note [Init at scale]).
+    // Where setup time goes, for the debug log (docs/benchmarks.md, init() at scale).
     std::string phases;
     auto phase_start = std::chrono::steady_clock::now();
     const auto phase = [&](const char* name) {
@@ -109,26 +109,29 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
     };
     join(std::move(group));
     phase("join");
-    sync_ctx_ = connect_mesh("sync");
-    phase("mesh");
-    if (small_max_ > 0) {
-      try {
-        comm::prime_send_buffers(sync_ctx_, small_max_);  // Note [Priming send buffers]
-      } catch (const std::exception& e) {
-        throw PeerError("gloo: failed to prime the sync mesh of '" + prefix_ +
-                        "': " + comm::strip_gloo_location(e.what()) + "; " + keys);
-      }
-    }
-    phase("prime");
-    try {
-      comm::set_sync_mode(*sync_ctx_);
-    } catch (const std::exception& e) {
-      throw PeerError("gloo: failed to switch the sync mesh of '" + prefix_ +
-                      "' to blocking mode: " + comm::strip_gloo_location(e.what()) + "; " + keys);
-    }
-    phase("blocking");
     setup_shm_tier();  // Note [Shared-memory tier]
     phase("shm");
+    if (!tiered_) {
+      // Note [Flat mesh only when flat]: a tiered group needs none.
+      sync_ctx_ = connect_mesh("sync");
+      phase("mesh");
+      if (small_max_ > 0) {
+        try {
+          comm::prime_send_buffers(sync_ctx_, small_max_);  // Note [Priming send buffers]
+        } catch (const std::exception& e) {
+          throw PeerError("gloo: failed to prime the sync mesh of '" + prefix_ +
+                          "': " + comm::strip_gloo_location(e.what()) + "; " + keys);
+        }
+      }
+      phase("prime");
+      try {
+        comm::set_sync_mode(*sync_ctx_);
+      } catch (const std::exception& e) {
+        throw PeerError("gloo: failed to switch the sync mesh of '" + prefix_ +
+                        "' to blocking mode: " + comm::strip_gloo_location(e.what()) + "; " + keys);
+      }
+      phase("blocking");
+    }
     publish_endpoints();
     phase("endpoints");
     // The mesh records of this rank's previous group on the prefix are spent
@@ -240,17 +243,25 @@ std::shared_ptr<MeshContext> GlooCommunicator::connect_mesh(const char* name) {
 void GlooCommunicator::publish_endpoints() {
   // Per peer, the addresses this rank listens on for it, as Gloo prints them
   // in the peer's errors, with and without a "$<sequence>" (Note [Failure
-  // notes], step 1).
+  // notes], step 1). The node leaders' mesh is indexed by leader: its peers
+  // are the leaders' ranks.
   std::vector<std::vector<std::string>> per_peer(static_cast<size_t>(size_));
+  const auto add = [&](MeshContext& ctx, int peer_index, int peer_rank) {
+    auto& list = per_peer[static_cast<size_t>(peer_rank)];
+    for (const std::string& e : {ctx.getPair(peer_index)->address().str(),
+                                 ctx.endpoints()[static_cast<size_t>(peer_index)].front()}) {
+      if (std::find(list.begin(), list.end(), e) == list.end()) list.push_back(e);
+    }
+  };
   for (MeshContext* ctx : {sync_ctx_.get(), async_ctx_.get()}) {
     if (ctx == nullptr) continue;
     for (int j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      auto& list = per_peer[static_cast<size_t>(j)];
-      for (const std::string& e :
-           {ctx->getPair(j)->address().str(), ctx->endpoints()[static_cast<size_t>(j)].front()}) {
-        if (std::find(list.begin(), list.end(), e) == list.end()) list.push_back(e);
-      }
+      if (j != rank_) add(*ctx, j, j);
+    }
+  }
+  if (leaders_ctx_) {
+    for (int k = 0; k < num_nodes_; ++k) {
+      if (k != leaders_ctx_->rank) add(*leaders_ctx_, k, leader_ranks_[static_cast<size_t>(k)]);
     }
   }
   store_->set(comm::endpoints_key(group_->scope(), rank_),

@@ -32,7 +32,8 @@
 //   larger: gloo::allreduce (ring), in place
 // The classic objects need staging buffers (one copy in, one out), cheap at
 // these sizes; see Note [Deterministic cache] for how they are kept. The two
-// kinds of connection are two Gloo contexts (two full meshes) on one device.
+// kinds of connection are two Gloo contexts (two full meshes) on one device,
+// the second connected only when first needed (Note [Lazy meshes]).
 // Broadcast and allgather use the sync-mode objects up to the same threshold
 // and Gloo's newer API above; barrier is a one-element allreduce;
 // reduce-scatter is an allreduce of the whole buffer keeping this rank's block
@@ -52,8 +53,20 @@
 //   if every node could set it up and SLURMDDP_SHM is not "0" on any rank
 //   (agreed through the store, so that every rank takes the same path). A
 //   group with one rank per node has nothing to gain and stays flat.
-//   Broadcast, allgather and barrier stay on the flat mesh; reduce-scatter,
-//   being an allreduce, takes the tiers.
+//   Barrier and reduce-scatter, being allreduces, take the tiers.
+//
+// Note [Flat mesh only when flat]
+//   A tiered group has no flat mesh at all: its ranks' only connections are
+//   the node leaders' mesh (O(nodes) a leader, none for the others), which
+//   is what lets 1,024 ranks on 64 nodes start (a flat mesh there is 523,776
+//   connections; with Debian 12's Gloo, one listening port per pair: 16 ranks
+//   a node take ~24,500 of the node's 28,232 default local ports). Broadcast and allgather then run
+//   as an integer sum over the tiers: each rank places its bytes (the root's buffer; a rank's block
+//   at its offset) in a zeroed buffer, the others contribute zeros, and a sum of one value with
+//   zeros is that value, bit for bit, whatever the data type. It moves twice a broadcast's bytes
+//   and N times an allgather's input (the size of its output), in 16 MiB pieces; the tiers make up
+//   for it within a node. Groups with one rank per node, or with SLURMDDP_SHM=0, keep the flat
+//   meshes (Note [Lazy meshes]).
 #pragma once
 
 #include <cstddef>

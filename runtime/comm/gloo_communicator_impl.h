@@ -36,6 +36,8 @@ inline constexpr size_t kCacheBudget = size_t{8} << 20;
 inline constexpr size_t kUpcastChunk = size_t{4} << 20;
 // Scratch buffers above this are released after each use.
 inline constexpr size_t kKeepScratchBytes = size_t{64} << 20;
+// The piece of a broadcast or allgather that a tiered group sums at a time.
+inline constexpr size_t kTierPiece = size_t{16} << 20;
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -98,6 +100,11 @@ class GlooCommunicator final : public Communicator {
   // The cached blocking allreduce of `count` elements on the flat sync mesh.
   std::shared_ptr<CachedAlgorithm> small_allreduce(DataType type, ReduceOp base, size_t count);
   void do_broadcast(void* data, size_t count, DataType type, int root);
+  // Note [Flat mesh only when flat]: each rank's `mine` (`mine_bytes` at
+  // `offset` of the `total`-byte result; none for 0) summed into `out` as
+  // integers over the tiers, kTierPiece bytes at a time.
+  void tiered_placement(const void* mine, size_t mine_bytes, size_t offset, void* out,
+                        size_t total);
   void do_allgather(const void* send, void* recv, size_t count, DataType type);
   void do_reduce_scatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
   uint8_t* scratch(std::vector<uint8_t>& buffer, size_t bytes);
@@ -124,11 +131,13 @@ class GlooCommunicator final : public Communicator {
   bool node_leader_ = false;
   uint32_t leaders_tag_ = 0;
   std::shared_ptr<MeshContext> leaders_ctx_;  // the node leaders, when several
+  std::vector<int> leader_ranks_;             // by leader index, with leaders_ctx_
 
   // Worker-thread state.
   AlgorithmCache cache_{kCacheBudget};
   std::vector<uint8_t> upcast_;          // float32 copy of a 16-bit piece (ring tier)
   std::vector<uint8_t> reduce_scatter_;  // reduce-scatter staging
+  std::vector<uint8_t> placement_;       // tiered_placement's piece
   uint32_t tag_ = 0;
   bool connections_closed_ = false;
 

@@ -50,13 +50,15 @@ std::string encode_mesh_record(const std::vector<Address>& per_peer) {
     if (this_ip.empty()) throw InvalidArgument("gloo: a mesh address is neither IPv4 nor IPv6");
     if (k == 0) ip = this_ip;
     if (this_ip != ip) {
-      throw InvalidArgument("gloo: one rank's mesh addresses carry two IPs: " + ip + " and " +
-                            this_ip);
+      std::string m = "gloo: one rank's mesh addresses carry two IPs: ";
+      m.append(ip).append(" and ").append(this_ip);
+      throw InvalidArgument(m);
     }
     if (k > 0) entries << ',';
     entries << port_of(ss);
-    if (per_peer[k].getSeq() != Address::kSequenceNumberUnset)
+    if (per_peer[k].getSeq() != Address::kSequenceNumberUnset) {
       entries << '$' << per_peer[k].getSeq();
+    }
   }
   return std::string(kMagic) + (ip.empty() ? "-" : ip) + " " + entries.str();
 }

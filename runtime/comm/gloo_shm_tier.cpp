@@ -109,6 +109,17 @@ void GlooCommunicator::setup_shm_tier() {
     return;
   }
   if (num_nodes_ > 1 && node_leader_) {
+    // Which rank each leader is, for the failure notes' endpoints.
+    const std::string me = std::to_string(rank_);
+    store_->set(base + "/leaders/rank/" + std::to_string(leader_index),
+                Bytes(me.begin(), me.end()));
+    leader_ranks_.assign(static_cast<size_t>(num_nodes_), -1);
+    for (int k = 0; k < num_nodes_; ++k) {
+      leader_ranks_[static_cast<size_t>(k)] =
+          k == leader_index
+              ? rank_
+              : std::stoi(text(store_->get(base + "/leaders/rank/" + std::to_string(k), left())));
+    }
     leaders_ctx_ =
         std::make_shared<MeshContext>(static_cast<int>(leader_index), num_nodes_, timeout_);
     try {

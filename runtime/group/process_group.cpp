@@ -10,6 +10,7 @@
 #include "gpu_binding.h"
 #include "group/duration.h"
 #include "group/node_gpus.h"
+#include "group/open_files.h"
 #include "group/rendezvous_store.h"
 #include "membership/membership.h"
 #include "slurmddp/error.h"
@@ -405,6 +406,12 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
                                               << choice.why << ") bootstrap "
                                               << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
 
+  // Note [Open files at scale]: before the store's server takes connections.
+  const std::string fds = ensure_open_files(
+      open_files_needed(id.world_size, id.rank == 0 && bootstrap == Bootstrap::kTcp),
+      "rank " + std::to_string(id.rank) + " of " + std::to_string(id.world_size) + " on " +
+          host_name());
+  if (!fds.empty()) SLURMDDP_LOG_WARN(kComponent, fds);
   const auto started = std::chrono::steady_clock::now();
   const auto ms_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
