@@ -354,6 +354,56 @@ INSTANTIATE_TEST_SUITE_P(Shm, KillInTiers,
                                   std::to_string(i.param.victim);
                          });
 
+// Scale (docs/benchmarks.md, init() at scale): 128 ranks, in CI's time. The
+// layout "16x8" is 16 nodes of 8 ranks (tiered: only the node leaders
+// connect); "64x1" one rank a node (the flat mesh).
+std::string layout(int nodes, int per_node) {
+  std::string out;
+  for (int k = 0; k < nodes * per_node; ++k) {
+    const int node = k / per_node;
+    out +=
+        static_cast<char>(node < 26 ? 'a' + node : (node < 52 ? 'A' + node - 26 : '0' + node - 52));
+  }
+  return out;
+}
+
+class AtScale : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(AtScale, EveryRankStartsAndEveryCollectiveIsRight) {
+  const auto [nodes, per_node] = GetParam();
+  const int n = nodes * per_node;
+  Group g("scale", n, 60s, 0, {}, layout(nodes, per_node));
+  for (int r = 0; r < n; ++r) {
+    const Result res = g.result(r, 120s);
+    EXPECT_EQ(res.kind, "ok") << "rank " << r << ": " << res.text;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, AtScale, ::testing::Values(std::pair{16, 8}, std::pair{64, 1}),
+                         [](const ::testing::TestParamInfo<std::pair<int, int>>& i) {
+                           return std::to_string(i.param.first) + "x" +
+                                  std::to_string(i.param.second);
+                         });
+
+// One of 128 ranks never starts: every other fails within the timeout, in
+// one line naming it.
+TEST(CommMultiproc, AtScaleARankThatNeverStartsIsNamedByEveryOther) {
+  const int n = 128, missing = 77;
+  std::vector<int> start;
+  for (int r = 0; r < n; ++r) {
+    if (r != missing) start.push_back(r);
+  }
+  const long long t0 = monotonic_ms();
+  Group g("scale", n, 5000ms, 0, start, layout(16, 8));
+  for (int r : start) {
+    const Result res = g.result(r, 60s);
+    EXPECT_EQ(res.kind, "TimeoutError") << "rank " << r << ": " << res.text;
+    EXPECT_NE(res.text.find("127/128 ranks joined; missing: [77]"), std::string::npos)
+        << "rank " << r << ": " << res.text;
+    EXPECT_LE(res.at_ms - t0, 5000 + 15000) << "rank " << r << " failed late";
+  }
+}
+
 TEST(CommMultiproc, RankThatNeverStartsIsNamed) {
   Group g("join", 4, 2000ms, 0, {0, 1, 3});
   for (int r : {0, 1, 3}) {

@@ -11,8 +11,11 @@
 //   scenario "collectives": every collective x type x reduction, checked
 //   scenario "loop":        allreduce float32 sum of `count` elements until it fails
 //   scenario "join":        create the communicator only
+//   scenario "scale":       a barrier, then one small allreduce, broadcast and
+//                           allgather with closed-form results (many ranks)
 #include <time.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -51,6 +54,32 @@ int run_loop(Communicator& c, size_t count) {
   }
 }
 
+// What a rank does first at scale: cheap per rank, and every collective once.
+int run_scale(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  c.barrier()->wait(c.timeout());
+  std::vector<int64_t> sum(257, r);
+  c.allreduce(sum.data(), sum.size(), DataType::kInt64, ReduceOp::kSum)->wait(c.timeout());
+  const int64_t expected = static_cast<int64_t>(n) * (n - 1) / 2;
+  for (int64_t v : sum) {
+    if (v != expected)
+      wrong("scale allreduce: " + std::to_string(v) + " != " + std::to_string(expected));
+  }
+  std::vector<float> b(1001, r == n - 1 ? -0.0f : 1.0f);
+  if (r == n - 1) b[7] = 3.5f;
+  c.broadcast(b.data(), b.size(), DataType::kFloat32, n - 1)->wait(c.timeout());
+  if (!std::signbit(b[0]) || b[7] != 3.5f) wrong("scale broadcast: not the root's bits");
+  std::vector<int32_t> mine{r, -r}, all(2 * static_cast<size_t>(n));
+  c.allgather(mine.data(), all.data(), 2, DataType::kInt32)->wait(c.timeout());
+  for (int j = 0; j < n; ++j) {
+    if (all[2 * static_cast<size_t>(j)] != j || all[2 * static_cast<size_t>(j) + 1] != -j) {
+      wrong("scale allgather: rank " + std::to_string(j) + "'s block");
+    }
+  }
+  say("RESULT ok");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,6 +109,7 @@ int main(int argc, char** argv) {
     auto comm = make_gloo_communicator(o);
     if (scenario == "collectives") return run_collectives(*comm);
     if (scenario == "loop") return run_loop(*comm, count);
+    if (scenario == "scale") return run_scale(*comm);
     if (scenario == "join") {
       say("RESULT ok");
       return 0;

@@ -5,7 +5,6 @@
 #include <gloo/common/error.h>
 #include <gtest/gtest.h>
 
-
 #include "../membership/note_helpers.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
