@@ -1,5 +1,6 @@
 // One rank of the multiproc communicator tests, run as its own process by
 // comm_multiproc_test. Talks to the parent through stdout lines:
+//   START <ms>                 main() began (CLOCK_MONOTONIC in milliseconds)
 //   READY                      the loop scenario completed its first operation
 //   RESULT ok                  the scenario passed
 //   RESULT <kind> <ms> <text>  an operation failed: kind is PeerError,
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s scenario rank size port prefix timeout_ms [count]\n", argv[0]);
     return 2;
   }
+  say("START " + std::to_string(monotonic_ms()));
   const std::string scenario = argv[1];
   const int rank = std::atoi(argv[2]);
   const int size = std::atoi(argv[3]);
