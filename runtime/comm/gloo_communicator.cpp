@@ -135,8 +135,8 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
     publish_endpoints();
     phase("endpoints");
     // The mesh records of this rank's previous group on the prefix are spent
-    // (Note [Rendezvous generations]).
-    for (const std::string name : {"sync/", "sync/rank_", "async/", "async/rank_"}) {
+    // (Note [Rendezvous generations]); MeshContext writes one per mesh.
+    for (const std::string name : {"sync/", "async/"}) {
       const std::string old = group_->previous_key(name + std::to_string(rank_));
       try {
         if (!old.empty()) store_->erase(old);
