@@ -70,6 +70,7 @@ struct Context {
   std::string plan_error;
   bool have_token = false;
   std::optional<launch::GpuList> node_gpus;  // the step's GPUs here, before per-task binding
+  uint32_t online_cpus = 0;  // the node's, read once per node (glibc reads sysfs for it)
 };
 Context g;
 
@@ -184,6 +185,8 @@ void plan_remote(spank_t sp) {
     rank0_from_hostfile(f, remote_getenv(sp, "SLURM_HOSTFILE"));
   }
   g.node_gpus = launch::read_gpu_list(env);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  g.online_cpus = online > 0 ? static_cast<uint32_t>(online) : 0;
   g.plan = launch::plan_step(s, f);
 }
 
@@ -205,8 +208,7 @@ launch::ThreadPlan plan_task_threads(spank_t sp) {
   if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
     f.affinity_cpus = static_cast<uint32_t>(CPU_COUNT(&mask));
   }
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  f.online_cpus = online > 0 ? static_cast<uint32_t>(online) : 0;
+  f.online_cpus = g.online_cpus;
   f.local_task_count = g.plan->local_world_size;
   f.env = [sp](const char* n) { return remote_getenv(sp, n); };
   return launch::plan_threads(f);
