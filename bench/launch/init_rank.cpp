@@ -6,14 +6,25 @@
 // end_ms: when the allreduce returned, in ms after INIT_BENCH_T0_MS (the
 // driver's launch time, ms since the epoch; 0 when unset). Exit status 1 when
 // the allreduce's result is wrong.
+// Rank 0, which hosts the store, then prints what the store served and its
+// own peak memory:
+//   store rank=0 accepted=C requests=M keys=K peak_buffered_bytes=B max_rss_kb=R
+// A failure prints one line: init_rank: rank R: failed after N ms: <error>.
+// INIT_BENCH_ABSENT_RANK=R: that rank exits at once without calling init()
+// (a rank that never starts; the others must name it).
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "slurmddp/error.h"
 #include "slurmddp/process_group.h"
+#include "slurmddp/tcp_store.h"
 
 namespace {
 
@@ -28,11 +39,33 @@ long long unix_ms() {
       .count();
 }
 
+int env_int(const char* name, int unset) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : unset;
+}
+
+void print_store(const slurmddp::ProcessGroup& pg) {
+  auto tcp = std::dynamic_pointer_cast<slurmddp::TcpStore>(pg.store());
+  if (!tcp || tcp->server() == nullptr) return;
+  const slurmddp::TcpStoreServerStats s = tcp->server()->stats();
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf(
+      "store rank=0 accepted=%llu requests=%llu keys=%llu peak_buffered_bytes=%llu "
+      "max_rss_kb=%ld\n",
+      static_cast<unsigned long long>(s.accepted), static_cast<unsigned long long>(s.requests),
+      static_cast<unsigned long long>(s.keys),
+      static_cast<unsigned long long>(s.peak_buffered_bytes), ru.ru_maxrss);
+}
+
 }  // namespace
 
 int main() {
   const char* t0 = std::getenv("INIT_BENCH_T0_MS");
   const long long launched = t0 != nullptr ? std::atoll(t0) : 0;
+  const int env_rank = env_int("RANK", -1);
+  if (env_rank >= 0 && env_rank == env_int("INIT_BENCH_ABSENT_RANK", -1)) return 0;
+  const auto start = std::chrono::steady_clock::now();
   try {
     const auto a = std::chrono::steady_clock::now();
     auto pg = slurmddp::init();
@@ -57,9 +90,11 @@ int main() {
         "end_ms=%lld\n",
         pg->identity().rank, n, ms_between(a, b), ms_between(b, c), ms_between(c, d),
         launched > 0 ? unix_ms() - launched : 0);
+    if (pg->identity().rank == 0) print_store(*pg);
     std::fflush(stdout);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "init_rank: %s\n", e.what());
+    std::fprintf(stderr, "init_rank: rank %d: failed after %.0f ms: %s\n", env_rank,
+                 ms_between(start, std::chrono::steady_clock::now()), e.what());
     return 1;
   }
   return 0;

@@ -317,7 +317,15 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const TcpStoreServerOption
 }
 
 TcpStoreServer::TcpStoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-TcpStoreServer::~TcpStoreServer() = default;
+TcpStoreServer::~TcpStoreServer() {
+  // What rank 0's store served in this step: at debug, for sizing and for
+  // telling a storm of requests from a slow peer.
+  const TcpStoreServerStats s = stats();
+  SLURMDDP_LOG_DEBUG(kComponent, "server on port " << impl_->port << " done: " << s.accepted
+                                                   << " connections, " << s.requests
+                                                   << " requests, " << s.keys << " keys, peak "
+                                                   << s.peak_buffered_bytes << " bytes buffered");
+}
 
 uint16_t TcpStoreServer::port() const {
   return impl_->port;
