@@ -243,8 +243,8 @@ std::shared_ptr<MeshContext> GlooCommunicator::connect_mesh(const char* name) {
 void GlooCommunicator::publish_endpoints() {
   // Per peer, the addresses this rank listens on for it, as Gloo prints them
   // in the peer's errors, with and without a "$<sequence>" (Note [Failure
-  // notes], step 1). The node leaders' mesh is indexed by leader: its peers
-  // are the leaders' ranks.
+  // notes], step 1). The node leaders' ring is indexed by leader: its peers
+  // are the leaders' ranks (Note [Leaders' ring]).
   std::vector<std::vector<std::string>> per_peer(static_cast<size_t>(size_));
   const auto add = [&](MeshContext& ctx, int peer_index, int peer_rank) {
     auto& list = per_peer[static_cast<size_t>(peer_rank)];
@@ -260,9 +260,8 @@ void GlooCommunicator::publish_endpoints() {
     }
   }
   if (leaders_ctx_) {
-    for (int k = 0; k < num_nodes_; ++k) {
-      if (k != leaders_ctx_->rank) add(*leaders_ctx_, k, leader_ranks_[static_cast<size_t>(k)]);
-    }
+    for (int k : leaders_ctx_->peers())
+      add(*leaders_ctx_, k, leader_ranks_[static_cast<size_t>(k)]);
   }
   store_->set(comm::endpoints_key(group_->scope(), rank_),
               text_bytes(comm::encode_endpoints(per_peer)));

@@ -57,16 +57,16 @@
 //
 // Note [Flat mesh only when flat]
 //   A tiered group has no flat mesh at all: its ranks' only connections are
-//   the node leaders' mesh (O(nodes) a leader, none for the others), which
-//   is what lets 1,024 ranks on 64 nodes start (a flat mesh there is 523,776
-//   connections; with Debian 12's Gloo, one listening port per pair: 16 ranks
-//   a node take ~24,500 of the node's 28,232 default local ports). Broadcast and allgather then run
-//   as an integer sum over the tiers: each rank places its bytes (the root's buffer; a rank's block
-//   at its offset) in a zeroed buffer, the others contribute zeros, and a sum of one value with
-//   zeros is that value, bit for bit, whatever the data type. It moves twice a broadcast's bytes
-//   and N times an allgather's input (the size of its output), in 16 MiB pieces; the tiers make up
-//   for it within a node. Groups with one rank per node, or with SLURMDDP_SHM=0, keep the flat
-//   meshes (Note [Lazy meshes]).
+//   the node leaders' ring (2 a leader, none for the others: Note [Leaders'
+//   ring] in gloo_mesh.h), which is what lets 1,024 ranks on 64 nodes start (a flat mesh there is
+//   523,776 connections; with Debian 12's Gloo, one listening port per pair: 16 ranks a node take
+//   ~24,500 of the node's 28,232 default local ports). Broadcast and allgather then run as an
+//   integer sum over the tiers: each rank places its bytes (the root's buffer; a rank's block at
+//   its offset) in a zeroed buffer, the others contribute zeros, and a sum of one value with zeros
+//   is that value, bit for bit, whatever the data type. It moves twice a broadcast's bytes and N
+//   times an allgather's input (the size of its output), in 16 MiB pieces; the tiers make up for it
+//   within a node. Groups with one rank per node, or with SLURMDDP_SHM=0, keep the flat meshes
+//   (Note [Lazy meshes]).
 #pragma once
 
 #include <cstddef>

@@ -130,8 +130,8 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<ShmNode> shm_;  // null on a node with one rank
   bool node_leader_ = false;
   uint32_t leaders_tag_ = 0;
-  std::shared_ptr<MeshContext> leaders_ctx_;  // the node leaders, when several
-  std::vector<int> leader_ranks_;             // by leader index, with leaders_ctx_
+  std::shared_ptr<MeshContext> leaders_ctx_;  // the node leaders' ring, when several
+  std::vector<int> leader_ranks_;  // by leader index: this leader's and its ring peers' (else -1)
 
   // Worker-thread state.
   AlgorithmCache cache_{kCacheBudget};

@@ -41,6 +41,23 @@ uint16_t port_of(const sockaddr_storage& ss) {
 
 }  // namespace
 
+std::vector<int> mesh_peers(MeshShape shape, int rank, int size) {
+  std::vector<int> out;
+  if (shape == MeshShape::kFull) {
+    out.reserve(static_cast<size_t>(size > 0 ? size - 1 : 0));
+    for (int j = 0; j < size; ++j) {
+      if (j != rank) out.push_back(j);
+    }
+    return out;
+  }
+  if (size < 2) return out;
+  const int left = (rank + size - 1) % size;
+  const int right = (rank + 1) % size;
+  out.push_back(std::min(left, right));
+  if (right != left) out.push_back(std::max(left, right));
+  return out;
+}
+
 std::string encode_mesh_record(const std::vector<Address>& per_peer) {
   std::string ip;
   std::ostringstream entries;
@@ -63,14 +80,19 @@ std::string encode_mesh_record(const std::vector<Address>& per_peer) {
   return std::string(kMagic) + (ip.empty() ? "-" : ip) + " " + entries.str();
 }
 
-Address mesh_address_for(const std::string& record, int owner, int size, int me) {
+Address mesh_address_for(const std::string& record, int owner, int size, int me, MeshShape shape) {
   const std::string magic(kMagic);
   if (record.compare(0, magic.size(), magic) != 0) bad_record(record, owner, "no mesh header");
   const size_t space = record.find(' ', magic.size());
   if (space == std::string::npos) bad_record(record, owner, "no address list");
   const std::string ip = record.substr(magic.size(), space - magic.size());
-  // The entry for `me`: the owner lists every other rank in rank order.
-  const int index = me < owner ? me : me - 1;
+  // The entry for `me`: the owner lists its peers in rank order.
+  const std::vector<int> owners = mesh_peers(shape, owner, size);
+  const auto at = std::lower_bound(owners.begin(), owners.end(), me);
+  if (at == owners.end() || *at != me) {
+    bad_record(record, owner, "rank " + std::to_string(me) + " is not its peer");
+  }
+  const int index = static_cast<int>(at - owners.begin());
   size_t begin = space + 1;
   int listed = 0;
   std::string entry;
@@ -83,9 +105,10 @@ Address mesh_address_for(const std::string& record, int owner, int size, int me)
     if (comma == std::string::npos) break;
     begin = comma + 1;
   }
-  if (listed != size - 1) {
+  if (listed != static_cast<int>(owners.size())) {
     bad_record(record, owner,
-               std::to_string(listed) + " addresses for a group of " + std::to_string(size));
+               std::to_string(listed) + " addresses for " + std::to_string(owners.size()) +
+                   " peers in a group of " + std::to_string(size));
   }
   sockaddr_storage ss{};
   const size_t dollar = entry.find('$');
@@ -143,8 +166,8 @@ std::string mesh_endpoint(const Address& a) {
   return s.substr(0, s.find('$'));
 }
 
-MeshContext::MeshContext(int rank, int size, std::chrono::milliseconds timeout)
-    : gloo::Context(rank, size) {
+MeshContext::MeshContext(int rank, int size, std::chrono::milliseconds timeout, MeshShape shape)
+    : gloo::Context(rank, size), shape_(shape), peers_(mesh_peers(shape, rank, size)) {
   setTimeout(timeout);
 }
 
@@ -155,9 +178,8 @@ void MeshContext::connect(Store& store, const std::string& prefix,
   transport->setTimeout(getTimeout());
   std::vector<Address> mine(static_cast<size_t>(size));
   std::vector<Address> listed;
-  listed.reserve(static_cast<size_t>(size > 0 ? size - 1 : 0));
-  for (int j = 0; j < size; ++j) {
-    if (j == rank) continue;
+  listed.reserve(peers_.size());
+  for (int j : peers_) {
     auto& pair = transport->createPair(j);
     const auto* a = dynamic_cast<const Address*>(&pair->address());
     if (a == nullptr) {
@@ -173,14 +195,13 @@ void MeshContext::connect(Store& store, const std::string& prefix,
   std::vector<Address> theirs(static_cast<size_t>(size));
   std::vector<int> dial, accept;
   endpoints_.assign(static_cast<size_t>(size), {});
-  for (int j = 0; j < size; ++j) {
-    if (j == rank) continue;
+  for (int j : peers_) {
     const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    deadline - std::chrono::steady_clock::now()),
                                std::chrono::milliseconds(0));
     const Bytes b = store.get(prefix + std::to_string(j), left);
     theirs[static_cast<size_t>(j)] =
-        mesh_address_for(std::string(b.begin(), b.end()), j, size, rank);
+        mesh_address_for(std::string(b.begin(), b.end()), j, size, rank, shape_);
     endpoints_[static_cast<size_t>(j)] = {mesh_endpoint(mine[static_cast<size_t>(j)]),
                                           mesh_endpoint(theirs[static_cast<size_t>(j)])};
     (mesh_dials(mine[static_cast<size_t>(j)], theirs[static_cast<size_t>(j)]) ? dial : accept)

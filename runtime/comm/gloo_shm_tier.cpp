@@ -113,21 +113,21 @@ void GlooCommunicator::setup_shm_tier() {
     const std::string me = std::to_string(rank_);
     store_->set(base + "/leaders/rank/" + std::to_string(leader_index),
                 Bytes(me.begin(), me.end()));
-    leader_ranks_.assign(static_cast<size_t>(num_nodes_), -1);
-    for (int k = 0; k < num_nodes_; ++k) {
-      leader_ranks_[static_cast<size_t>(k)] =
-          k == leader_index
-              ? rank_
-              : std::stoi(text(store_->get(base + "/leaders/rank/" + std::to_string(k), left())));
-    }
     leaders_ctx_ =
-        std::make_shared<MeshContext>(static_cast<int>(leader_index), num_nodes_, timeout_);
+        std::make_shared<MeshContext>(static_cast<int>(leader_index), num_nodes_, timeout_,
+                                      MeshShape::kRing);  // Note [Leaders' ring]
+    leader_ranks_.assign(static_cast<size_t>(num_nodes_), -1);
+    leader_ranks_[static_cast<size_t>(leader_index)] = rank_;
+    for (int k : leaders_ctx_->peers()) {  // its ring neighbours' only: O(1) requests
+      leader_ranks_[static_cast<size_t>(k)] =
+          std::stoi(text(store_->get(base + "/leaders/rank/" + std::to_string(k), left())));
+    }
     try {
       leaders_ctx_->connect(*store_, base + "/leaders/mesh/", device_);  // Note [Mesh connection]
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      throw PeerError("gloo: failed to connect the node leaders' mesh of '" + prefix_ +
+      throw PeerError("gloo: failed to connect the node leaders' ring of '" + prefix_ +
                       "': " + strip_gloo_location(e.what()) + "; rank=" + std::to_string(rank_) +
                       ", size=" + std::to_string(size_));
     }

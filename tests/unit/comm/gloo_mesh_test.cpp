@@ -3,11 +3,14 @@
 #include "comm/gloo_mesh.h"
 
 #include <arpa/inet.h>
+#include <gloo/allreduce.h>
 #include <gloo/transport/tcp/device.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "slurmddp/error.h"
@@ -167,6 +170,95 @@ TEST(MeshContext, AMissingRankFailsTheOthersNamingItsRecord) {
   }
   for (auto& t : threads) t.join();
   for (const auto& e : errors) EXPECT_NE(e.find("mesh/2"), std::string::npos) << e;
+}
+
+// Note [Leaders' ring]: each rank's peers are its two ring neighbours, and the
+// relation is symmetric, at every size (one neighbour at 2, none at 1).
+TEST(MeshShape, RingPeersAreTheNeighboursBothWays) {
+  EXPECT_EQ(mesh_peers(MeshShape::kRing, 0, 1), std::vector<int>{});
+  EXPECT_EQ(mesh_peers(MeshShape::kRing, 0, 2), std::vector<int>{1});
+  EXPECT_EQ(mesh_peers(MeshShape::kRing, 0, 5), (std::vector<int>{1, 4}));
+  EXPECT_EQ(mesh_peers(MeshShape::kRing, 3, 5), (std::vector<int>{2, 4}));
+  EXPECT_EQ(mesh_peers(MeshShape::kFull, 2, 4), (std::vector<int>{0, 1, 3}));
+  for (int n = 1; n <= 9; ++n) {
+    for (int r = 0; r < n; ++r) {
+      for (int j : mesh_peers(MeshShape::kRing, r, n)) {
+        const auto back = mesh_peers(MeshShape::kRing, j, n);
+        EXPECT_NE(std::find(back.begin(), back.end(), r), back.end())
+            << r << " " << j << " of " << n;
+      }
+    }
+  }
+}
+
+// A ring record has one entry per neighbour; each neighbour reads its own, and
+// a rank that is not a neighbour is told so, naming the owner.
+TEST(MeshShape, RingRecordsHoldTheNeighboursOnly) {
+  // Rank 3 of 6: neighbours 2 and 4.
+  const std::vector<Address> listed = {v4("10.1.2.3", 40002), v4("10.1.2.3", 40004)};
+  const std::string record = encode_mesh_record(listed);
+  EXPECT_EQ(mesh_address_for(record, 3, 6, 2, MeshShape::kRing).bytes(), listed[0].bytes());
+  EXPECT_EQ(mesh_address_for(record, 3, 6, 4, MeshShape::kRing).bytes(), listed[1].bytes());
+  try {
+    mesh_address_for(record, 3, 6, 0, MeshShape::kRing);
+    ADD_FAILURE() << "rank 0 read an entry of rank 3's ring record";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("the mesh record of rank 3"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("rank 0 is not its peer"), std::string::npos);
+  }
+  // A full mesh's record read as a ring's: the count gives it away.
+  EXPECT_THROW(mesh_address_for(encode_mesh_record({listed[0], listed[1], listed[1]}), 3, 4, 2,
+                                MeshShape::kRing),
+               ProtocolError);
+}
+
+// Six ranks connect as a ring over the store (each reads 2 records) and run
+// Gloo's allreduce, which needs only the neighbours; no other pair exists.
+TEST(MeshContext, ARingRunsGloosAllreduce) {
+  const int n = 6;
+  auto store = make_in_process_store();
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        gloo::transport::tcp::attr attr;
+        attr.hostname = "127.0.0.1";
+        auto device = gloo::transport::tcp::CreateDevice(attr);
+        auto c = std::make_shared<MeshContext>(r, n, std::chrono::seconds(10), MeshShape::kRing);
+        c->connect(*store, "ring/", device);
+        const std::set<int> peers(c->peers().begin(), c->peers().end());
+        for (int j = 0; j < n; ++j) {
+          EXPECT_EQ(c->getPair(j) != nullptr, peers.count(j) == 1) << "rank " << r << " pair " << j;
+        }
+        std::vector<float> x(1000);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r * 1000 + i);
+        gloo::AllreduceOptions opts(c);
+        opts.setOutput(x.data(), x.size());
+        opts.setReduceFunction([](void* out, const void* a, const void* b, size_t k) {
+          auto* o = static_cast<float*>(out);
+          for (size_t i = 0; i < k; ++i) {
+            o[i] = static_cast<const float*>(a)[i] + static_cast<const float*>(b)[i];
+          }
+        });
+        gloo::allreduce(opts);
+        for (size_t i = 0; i < x.size(); ++i) {
+          // sum over r of (r * 1000 + i) = 1000 * n(n-1)/2 + n * i
+          const float want = static_cast<float>(1000 * n * (n - 1) / 2 + n * static_cast<int>(i));
+          if (x[i] != want) {
+            errors[static_cast<size_t>(r)] = "element " + std::to_string(i) + " is " +
+                                             std::to_string(x[i]) + ", expected " +
+                                             std::to_string(want);
+            break;
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
 }
 
 }  // namespace
