@@ -160,6 +160,10 @@ class Membership {
   // Rank 0, every record visible: "" when every rank has rank 0's value of
   // each agree_equal field, else the problem naming both values.
   std::string unequal_fields() const;
+  // "1023/1024 ranks joined; missing: [513] (hosts: n33 [513])" and `also`:
+  // who is missing and where, from the store (O(log size) requests a
+  // missing rank, Note [Probing for missing ranks]).
+  std::string not_joined_text(const std::string& also = "") const;
   [[noreturn]] void throw_not_joined(const std::string& also = "") const;
   void note_other_size() const;
 

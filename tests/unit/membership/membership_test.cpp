@@ -82,6 +82,21 @@ TEST(Membership, AMissingRankIsNamedByEveryoneWithinTheDeadline) {
   EXPECT_LT(Clock::now() - start, 5s);
 }
 
+// Note [One verdict on a timeout]: rank 0 gives up first, publishes who is
+// missing, and the others report that verdict (with their own rank) instead
+// of each probing the store; the text is the same everywhere.
+TEST(Membership, OnATimeoutRankZeroTellsTheOthersWhoIsMissing) {
+  auto store = make_in_process_store();
+  const auto errors =
+      on_threads({0, 1, 3}, [&](int r) { Membership::join(options(store, r, 4, 1s)); });
+  const std::string why = "3/4 ranks joined; missing: [2]";
+  const Bytes verdict = store->get("g/1/verdict", 0ms);
+  EXPECT_EQ(std::string(verdict.begin(), verdict.end()), "timeout\n" + why);
+  EXPECT_EQ(errors[0], "test: failed to join: " + why + "; rank=0, size=4");
+  EXPECT_EQ(errors[1], "test: failed to join: " + why + "; rank=1, size=4");
+  EXPECT_EQ(errors[2], "test: failed to join: " + why + "; rank=3, size=4");
+}
+
 // Note [Locating missing ranks]: node-mates vouch for a missing rank's host;
 // ranks of a node from which nobody joined are named with that node.
 TEST(Membership, MissingRanksAreNamedWithTheirHosts) {
