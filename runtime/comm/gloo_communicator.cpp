@@ -260,8 +260,9 @@ void GlooCommunicator::publish_endpoints() {
     }
   }
   if (leaders_ctx_) {
-    for (int k : leaders_ctx_->peers())
+    for (int k : leaders_ctx_->peers()) {
       add(*leaders_ctx_, k, leader_ranks_[static_cast<size_t>(k)]);
+    }
   }
   store_->set(comm::endpoints_key(group_->scope(), rank_),
               text_bytes(comm::encode_endpoints(per_peer)));
