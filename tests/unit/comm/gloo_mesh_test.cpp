@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -39,6 +40,29 @@ Address v6(const char* ip, uint16_t port) {
   sockaddr_storage ss{};
   std::memcpy(&ss, &sin, sizeof sin);
   return Address(ss);
+}
+
+std::shared_ptr<gloo::transport::Device> loopback_device() {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  return gloo::transport::tcp::CreateDevice(attr);
+}
+
+// Runs `body(rank)` for ranks 0..n-1, each on its own thread; each one's error.
+std::vector<std::string> on_rank_threads(int n, const std::function<void(int)>& body) {
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
 }
 
 // Rank 1 of 4 lists ranks 0, 2 and 3: each reads its own entry back, as the
@@ -117,35 +141,23 @@ TEST(MeshRecord, EndpointsReadAsGlooPrintsThem) {
 TEST(MeshContext, ConnectsEveryPairOverTheStore) {
   const int n = 5;
   auto store = make_in_process_store();
-  std::vector<std::shared_ptr<MeshContext>> ctx(n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        gloo::transport::tcp::attr attr;
-        attr.hostname = "127.0.0.1";
-        auto device = gloo::transport::tcp::CreateDevice(attr);
-        ctx[static_cast<size_t>(r)] = std::make_shared<MeshContext>(r, n, std::chrono::seconds(10));
-        ctx[static_cast<size_t>(r)]->connect(*store, "mesh/", device);
-        int out = r, in = -1;
-        auto& c = *ctx[static_cast<size_t>(r)];
-        auto send = c.getPair((r + 1) % n)->createSendBuffer(0, &out, sizeof out);
-        auto recv = c.getPair((r + n - 1) % n)->createRecvBuffer(0, &in, sizeof in);
-        send->send();
-        recv->waitRecv();
-        send->waitSend();
-        EXPECT_EQ(in, (r + n - 1) % n);
-        for (int j = 0; j < n; ++j) {
-          if (j == r) continue;
-          EXPECT_EQ(c.endpoints()[static_cast<size_t>(j)].size(), 2u);
-        }
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<std::shared_ptr<MeshContext>> ctx(n);  // alive until every rank is done
+  const auto errors = on_rank_threads(n, [&](int r) {
+    auto& c = ctx[static_cast<size_t>(r)];
+    c = std::make_shared<MeshContext>(r, n, std::chrono::seconds(10));
+    c->connect(*store, "mesh/", loopback_device());
+    int out = r, in = -1;
+    auto send = c->getPair((r + 1) % n)->createSendBuffer(0, &out, sizeof out);
+    auto recv = c->getPair((r + n - 1) % n)->createRecvBuffer(0, &in, sizeof in);
+    send->send();
+    recv->waitRecv();
+    send->waitSend();
+    EXPECT_EQ(in, (r + n - 1) % n);
+    for (int j = 0; j < n; ++j) {
+      if (j == r) continue;
+      EXPECT_EQ(c->endpoints()[static_cast<size_t>(j)].size(), 2u);
+    }
+  });
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
 }
 
@@ -217,47 +229,34 @@ TEST(MeshShape, RingRecordsHoldTheNeighboursOnly) {
 TEST(MeshContext, ARingRunsGloosAllreduce) {
   const int n = 6;
   auto store = make_in_process_store();
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        gloo::transport::tcp::attr attr;
-        attr.hostname = "127.0.0.1";
-        auto device = gloo::transport::tcp::CreateDevice(attr);
-        auto c = std::make_shared<MeshContext>(r, n, std::chrono::seconds(10), MeshShape::kRing);
-        c->connect(*store, "ring/", device);
-        const std::set<int> peers(c->peers().begin(), c->peers().end());
-        for (int j = 0; j < n; ++j) {
-          EXPECT_EQ(c->getPair(j) != nullptr, peers.count(j) == 1) << "rank " << r << " pair " << j;
-        }
-        std::vector<float> x(1000);
-        for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r * 1000 + i);
-        gloo::AllreduceOptions opts(c);
-        opts.setOutput(x.data(), x.size());
-        opts.setReduceFunction([](void* out, const void* a, const void* b, size_t k) {
-          auto* o = static_cast<float*>(out);
-          for (size_t i = 0; i < k; ++i) {
-            o[i] = static_cast<const float*>(a)[i] + static_cast<const float*>(b)[i];
-          }
-        });
-        gloo::allreduce(opts);
-        for (size_t i = 0; i < x.size(); ++i) {
-          // sum over r of (r * 1000 + i) = 1000 * n(n-1)/2 + n * i
-          const float want = static_cast<float>(1000 * n * (n - 1) / 2 + n * static_cast<int>(i));
-          if (x[i] != want) {
-            errors[static_cast<size_t>(r)] = "element " + std::to_string(i) + " is " +
-                                             std::to_string(x[i]) + ", expected " +
-                                             std::to_string(want);
-            break;
-          }
-        }
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
+  const auto errors = on_rank_threads(n, [&](int r) {
+    auto c = std::make_shared<MeshContext>(r, n, std::chrono::seconds(10), MeshShape::kRing);
+    c->connect(*store, "ring/", loopback_device());
+    const std::set<int> peers(c->peers().begin(), c->peers().end());
+    for (int j = 0; j < n; ++j) {
+      EXPECT_EQ(c->getPair(j) != nullptr, peers.count(j) == 1) << "rank " << r << " pair " << j;
+    }
+    std::vector<float> x(1000);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r * 1000 + i);
+    gloo::AllreduceOptions opts(c);
+    opts.setOutput(x.data(), x.size());
+    opts.setReduceFunction([](void* out, const void* a, const void* b, size_t k) {
+      auto* o = static_cast<float*>(out);
+      for (size_t i = 0; i < k; ++i) {
+        o[i] = static_cast<const float*>(a)[i] + static_cast<const float*>(b)[i];
       }
     });
-  }
-  for (auto& t : threads) t.join();
+    gloo::allreduce(opts);
+    for (size_t i = 0; i < x.size(); ++i) {
+      // sum over r of (r * 1000 + i) = 1000 * n(n-1)/2 + n * i
+      const float want = static_cast<float>(1000 * n * (n - 1) / 2 + n * static_cast<int>(i));
+      if (x[i] != want) {
+        ADD_FAILURE() << "rank " << r << ": element " << i << " is " << x[i] << ", expected "
+                      << want;
+        break;
+      }
+    }
+  });
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
 }
 
