@@ -39,16 +39,29 @@ void GlooCommunicator::setup_shm_tier() {
   };
   const std::string base = group_->key("shm");
   const std::string node = node_name();
-  // The node's roster: every rank enters itself, then all meet.
+  // The node's roster: every rank enters itself, then all meet; the node's
+  // first entrant gathers the entries into one key that the others read
+  // (Note [Join requests]: O(1) requests a rank, not one per node-mate).
   const std::string roster = base + "/node/" + node;
   const int64_t index = store_->add(roster + "/count", 1) - 1;
   store_->set(roster + "/" + std::to_string(index),
               std::to_string(rank_) + " " + std::to_string(getpid()));
   store_barrier(*store_, base + "/roster", rank_, size_, left());
-  const int64_t local = std::stoll(text(store_->get(roster + "/count", left())));
+  std::string entries;
+  if (index == 0) {
+    const int64_t local = std::stoll(text(store_->get(roster + "/count", left())));
+    for (int64_t i = 0; i < local; ++i) {
+      entries += text(store_->get(roster + "/" + std::to_string(i), left())) + "\n";
+    }
+    store_->set(roster + "/all", entries);
+  } else {
+    entries = text(store_->get(roster + "/all", left()));
+  }
   std::vector<ShmPeer> peers;
-  for (int64_t i = 0; i < local; ++i) {
-    const std::string entry = text(store_->get(roster + "/" + std::to_string(i), left()));
+  size_t from = 0;
+  for (size_t eol = entries.find('\n'); eol != std::string::npos;
+       from = eol + 1, eol = entries.find('\n', from)) {
+    const std::string entry = entries.substr(from, eol - from);
     ShmPeer p;
     if (std::sscanf(entry.c_str(), "%d %d", &p.rank, &p.pid) != 2) {
       std::string m = "gloo: garbled shared-memory roster entry '" + entry;

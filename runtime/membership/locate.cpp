@@ -1,15 +1,19 @@
 // Note [Locating missing ranks]
 //   A rank that never joins cannot say where it is, so its node-mates say it
-//   for it: when a rank announces itself it also records, for every other
-//   rank expected on its node (Locality::node_ranks: SLURM_GTIDS, or
-//   torchrun's block of LOCAL_WORLD_SIZE ranks), "<scope>/where/<r>" = its
-//   node, and marks its node present ("<scope>/node/<node>"). A timeout then
-//   costs one check per missing rank (up to kListed of them) to name its
-//   host, and a probe in halves over the group's nodes (probe_missing) to
-//   find the nodes from which no rank joined at all: the ranks nobody
-//   vouched for are on one of those. This costs node_ranks.size() small
-//   writes per rank while joining (a handful: one per task of the node) and
-//   nothing at all unless something went wrong.
+//   for it: the first rank of a node to announce itself (the one whose add to
+//   "<scope>/node/<node>" returns 1) records, for every other rank expected on
+//   its node (Locality::node_ranks: SLURM_GTIDS, or torchrun's block of
+//   LOCAL_WORLD_SIZE ranks), "<scope>/where/<r>" = its node; every rank's add
+//   marks the node present. A timeout then costs one check per missing rank
+//   (up to kListed of them) to name its host, and a probe in halves over the
+//   group's nodes (probe_missing) to find the nodes from which no rank joined
+//   at all: the ranks nobody vouched for are on one of those. Joining costs
+//   one request a rank and node_ranks.size() - 1 small writes a node (not a
+//   rank: at 16 ranks a node, every rank writing them was a third of what rank
+//   0's store served, Note [Join requests]), and nothing else unless something
+//   went wrong. A rank whose node-mate is still writing them when the timeout
+//   is diagnosed is named without its host.
+#include <algorithm>
 #include <map>
 
 #include "membership/membership.h"
@@ -30,12 +34,15 @@ Bytes bytes(const std::string& s) {
 void Membership::announce_locality() const {
   const Locality& l = o_.locality;
   if (l.node.empty()) return;
+  const bool mates =
+      std::any_of(l.node_ranks.begin(), l.node_ranks.end(), [this](int r) { return r != o_.rank; });
+  if (!mates && l.nodes.empty()) return;  // nothing to vouch for, no node list to probe
+  if (o_.store->add(key("node/" + l.node), 1) != 1) return;  // a node-mate vouched already
   for (int r : l.node_ranks) {
     if (r != o_.rank && r >= 0 && r < o_.size) {
       o_.store->set(key("where/" + std::to_string(r)), bytes(l.node));
     }
   }
-  if (!l.nodes.empty()) o_.store->set(key("node/" + l.node), bytes("1"));
 }
 
 std::string Membership::where_missing(const std::vector<int>& missing) const {

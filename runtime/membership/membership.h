@@ -27,6 +27,22 @@
 // after a retry it counts one behind: it then waits for data that never comes
 // and times out naming the generations (diagnosis()) instead of reading a
 // dead group's data; retry such a failure with a new prefix.
+//
+// Note [Join requests]
+// Rank 0 hosts the store every rank of init() talks to, on one thread, so what
+// a rank asks of it is what bounds a start at scale. Each rank's requests do
+// not grow with the number of ranks on its node or in the group: joining
+// (generation, size and equal-field counters, its node's mark, its record,
+// rank 0's record, the verdict), the shared-memory roster (its entry, one
+// barrier, the node's roster in one key), the segment, one more barrier, and
+// its endpoints: about 18. What a node needs once (vouching for its P ranks,
+// Note [Locating missing ranks]; gathering its roster) is done by the first
+// of its ranks to arrive: about 2P requests a node, 2 a rank. Measured
+// (bench/launch/init-scale, cluster-scale): 20 N + 8 n + 1 requests for N
+// ranks on n nodes with two or more ranks a node; it was N (2P + 17) + 8 n + 1
+// when every rank wrote and read one key per node-mate. A flat group (one
+// rank a node) of up to 512 ranks adds its mesh, N^2; a larger one is a ring
+// (Note [Flat mesh only when flat] in comm/gloo_communicator.h).
 #pragma once
 
 #include <chrono>

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -95,6 +96,54 @@ TEST(Membership, OnATimeoutRankZeroTellsTheOthersWhoIsMissing) {
   EXPECT_EQ(errors[0], "test: failed to join: " + why + "; rank=0, size=4");
   EXPECT_EQ(errors[1], "test: failed to join: " + why + "; rank=1, size=4");
   EXPECT_EQ(errors[2], "test: failed to join: " + why + "; rank=3, size=4");
+}
+
+// Every request made through it, counted (thread-safe).
+class CountingStore : public Store {
+ public:
+  explicit CountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  int requests() const { return count_; }
+  void set(const std::string& k, const Bytes& v) override { ++count_, inner_->set(k, v); }
+  Bytes get(const std::string& k, Millis t) override { return ++count_, inner_->get(k, t); }
+  int64_t add(const std::string& k, int64_t d) override { return ++count_, inner_->add(k, d); }
+  Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override {
+    return ++count_, inner_->compare_set(k, e, d);
+  }
+  void wait(const std::vector<std::string>& k, Millis t) override { ++count_, inner_->wait(k, t); }
+  bool check(const std::vector<std::string>& k) override { return ++count_, inner_->check(k); }
+  bool erase(const std::string& k) override { return ++count_, inner_->erase(k); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+  std::atomic<int> count_{0};
+};
+
+// Note [Join requests]: the join costs each rank a few requests whatever the
+// size of its node; vouching for the node's ranks (Note [Locating missing
+// ranks]) is done once a node, not by every rank (P - 1 writes each: O(P^2) a
+// node).
+TEST(Membership, EachRankJoinsWithAFewRequestsWhateverTheSizeOfItsNode) {
+  const auto requests_per_rank = [](int per_node) {
+    auto store = std::make_shared<CountingStore>(make_in_process_store());
+    const int size = 2 * per_node;
+    std::vector<int> ranks(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) ranks[static_cast<size_t>(r)] = r;
+    const auto errors = on_threads(ranks, [&](int r) {
+      JoinOptions o = options(store, r, size);
+      o.locality.node = r < per_node ? "n1" : "n2";
+      for (int j = 0; j < per_node; ++j) {
+        o.locality.node_ranks.push_back((r < per_node ? 0 : per_node) + j);
+      }
+      o.locality.nodes = {"n1", "n2"};
+      Membership::join(o);
+    });
+    for (const auto& e : errors) EXPECT_EQ(e, "");
+    return static_cast<double>(store->requests()) / size;
+  };
+  const double small = requests_per_rank(2);
+  const double large = requests_per_rank(32);
+  EXPECT_LE(small, 9.0);
+  EXPECT_LE(large, small + 1.0) << "a rank's join requests grow with its node's size";
 }
 
 // Note [Locating missing ranks]: node-mates vouch for a missing rank's host;
