@@ -79,6 +79,14 @@ struct GlooOptions {
   // send buffers); every rank computes the same. Broadcast and allgather use
   // the same threshold for their blocking-socket variants.
   size_t small_max_bytes = size_t{1} << 20;
+
+  // A group with one rank a node (or without the shared-memory tier) of up to
+  // this many ranks connects a full mesh (every pair: log-step algorithms for
+  // small messages, Gloo's ring for large ones); a larger one connects a ring
+  // of all its ranks, as node leaders do (2 connections a rank, a few store
+  // requests: a full mesh costs N - 1 connections a rank and N^2 requests on
+  // the store's host), at the price of 2(N - 1) steps for a small message.
+  int flat_mesh_max = 512;
 };
 
 // Connects to every other rank through `options.store` and returns the

@@ -56,6 +56,7 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& o,
                         std::chrono::milliseconds(2000))),
       prefix_(o.prefix),
       small_max_(o.small_max_bytes),
+      flat_mesh_max_(o.flat_mesh_max),
       store_(o.store) {
   const std::string keys = "rank=" + std::to_string(o.rank) + ", size=" + std::to_string(o.size);
   if (o.size < 1) {

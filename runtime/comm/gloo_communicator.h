@@ -66,7 +66,11 @@
 //   is that value, bit for bit, whatever the data type. It moves twice a broadcast's bytes and N
 //   times an allgather's input (the size of its output), in 16 MiB pieces; the tiers make up for it
 //   within a node. Groups with one rank per node, or with SLURMDDP_SHM=0, keep the flat meshes
-//   (Note [Lazy meshes]).
+//   (Note [Lazy meshes]) up to GlooOptions::flat_mesh_max ranks (512): there a mesh is N^2
+//   requests on the store's host (262,144; 4 M at 2,000 ranks) and N - 1 connections and ports a
+//   rank, so a larger flat group takes the tiered path with every rank a node of its own: a ring
+//   of all ranks, 2 connections and O(1) requests a rank, every collective an allreduce over it
+//   (2(N - 1) steps for a small one, against log N on the mesh).
 #pragma once
 
 #include <cstddef>

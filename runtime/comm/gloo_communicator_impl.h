@@ -115,7 +115,8 @@ class GlooCommunicator final : public Communicator {
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds grace_;
   const std::string prefix_;
-  size_t small_max_;  // the threshold in force, set by join()
+  size_t small_max_;         // the threshold in force, set by join()
+  const int flat_mesh_max_;  // Note [Flat mesh only when flat]
   const std::shared_ptr<Store> store_;
   std::shared_ptr<membership::Membership> group_;  // set by join()
   Bind bind_;

@@ -110,7 +110,12 @@ void GlooCommunicator::setup_shm_tier() {
   const int64_t off =
       store_->check({base + "/off"}) ? std::stoll(text(store_->get(base + "/off", left()))) : 0;
   num_nodes_ = static_cast<int>(std::stoll(text(store_->get(base + "/leaders/count", left()))));
-  if (off > 0 || num_nodes_ == size_) {
+  // Note [Flat mesh only when flat]: a flat group keeps its mesh up to
+  // flat_mesh_max ranks; a larger one is a ring of all ranks, each its own
+  // node (leader index = rank).
+  const bool flat = off > 0 || num_nodes_ == size_;
+  const bool ring_of_all = flat && size_ > flat_mesh_max_;
+  if (flat) {
     shm_.reset();
     SLURMDDP_LOG_DEBUG(kGlooComponent,
                        "communicator '"
@@ -118,22 +123,32 @@ void GlooCommunicator::setup_shm_tier() {
                            << (off > 0 ? std::to_string(off) + " rank(s) could not use it" +
                                              (why_not.empty() ? "" : ": " + why_not)
                                        : "one rank per node")
-                           << ")");
-    return;
+                           << (ring_of_all ? "); a ring of all " + std::to_string(size_) +
+                                                 " ranks (over flat_mesh_max " +
+                                                 std::to_string(flat_mesh_max_) + ")"
+                                           : ")"));
+    if (!ring_of_all) return;
+    num_nodes_ = size_;
+    node_leader_ = true;
+    leader_index = rank_;
   }
   if (num_nodes_ > 1 && node_leader_) {
-    // Which rank each leader is, for the failure notes' endpoints.
-    const std::string me = std::to_string(rank_);
-    store_->set(base + "/leaders/rank/" + std::to_string(leader_index),
-                Bytes(me.begin(), me.end()));
     leaders_ctx_ =
         std::make_shared<MeshContext>(static_cast<int>(leader_index), num_nodes_, timeout_,
                                       MeshShape::kRing);  // Note [Leaders' ring]
     leader_ranks_.assign(static_cast<size_t>(num_nodes_), -1);
     leader_ranks_[static_cast<size_t>(leader_index)] = rank_;
-    for (int k : leaders_ctx_->peers()) {  // its ring neighbours' only: O(1) requests
-      leader_ranks_[static_cast<size_t>(k)] =
-          std::stoi(text(store_->get(base + "/leaders/rank/" + std::to_string(k), left())));
+    if (ring_of_all) {
+      for (int k : leaders_ctx_->peers()) leader_ranks_[static_cast<size_t>(k)] = k;
+    } else {
+      // Which rank each leader is, for the failure notes' endpoints.
+      const std::string me = std::to_string(rank_);
+      store_->set(base + "/leaders/rank/" + std::to_string(leader_index),
+                  Bytes(me.begin(), me.end()));
+      for (int k : leaders_ctx_->peers()) {  // its ring neighbours' only: O(1) requests
+        leader_ranks_[static_cast<size_t>(k)] =
+            std::stoi(text(store_->get(base + "/leaders/rank/" + std::to_string(k), left())));
+      }
     }
     try {
       leaders_ctx_->connect(*store_, base + "/leaders/mesh/", device_);  // Note [Mesh connection]

@@ -131,7 +131,8 @@ class Group {
   // nodes[r]: rank r's SLURMD_NODENAME, the node it counts as (Note
   // [Shared-memory tier]); empty: all on this machine's node.
   Group(const std::string& scenario, int size, std::chrono::milliseconds timeout, size_t count,
-        const std::vector<int>& ranks_to_start = {}, const std::string& nodes = "") {
+        const std::vector<int>& ranks_to_start = {}, const std::string& nodes = "",
+        const slurmddp::support::Env& extra_env = {}) {
     slurmddp::TcpStoreOptions so;
     so.is_server = true;
     so.port = 0;
@@ -139,19 +140,20 @@ class Group {
     so.server.bind_host = "127.0.0.1";
     store_ = slurmddp::make_tcp_store(so);
     static std::atomic<int> groups{0};
-    const std::string prefix = "mp" + std::to_string(groups++);
+    prefix_ = "mp" + std::to_string(groups++);
     std::vector<int> ranks = ranks_to_start;
     if (ranks.empty()) {
       for (int r = 0; r < size; ++r) ranks.push_back(r);
     }
     procs_.resize(static_cast<size_t>(size));
     for (int r : ranks) {
-      slurmddp::support::Env env;
-      if (!nodes.empty())
+      slurmddp::support::Env env = extra_env;
+      if (!nodes.empty()) {
         env["SLURMD_NODENAME"] = std::string("node-") + nodes[static_cast<size_t>(r)];
+      }
       procs_[static_cast<size_t>(r)] = std::make_unique<RankProcess>(
           std::vector<std::string>{rank_binary(), scenario, std::to_string(r), std::to_string(size),
-                                   std::to_string(store_->port()), prefix,
+                                   std::to_string(store_->port()), prefix_,
                                    std::to_string(timeout.count()), std::to_string(count)},
           env);
     }
@@ -160,6 +162,9 @@ class Group {
   RankProcess& rank(int r) { return *procs_[static_cast<size_t>(r)]; }
   bool started(int r) const { return procs_[static_cast<size_t>(r)] != nullptr; }
   int size() const { return static_cast<int>(procs_.size()); }
+  slurmddp::Store& store() { return *store_; }
+  // The communicator's keys: "<prefix>/<generation>/..." (one group: 1).
+  std::string key(const std::string& name) const { return prefix_ + "/1/" + name; }
 
   Result result(int r, std::chrono::milliseconds timeout) {
     return parse_result(rank(r).wait_line("RESULT ", timeout));
@@ -167,6 +172,7 @@ class Group {
 
  private:
   std::shared_ptr<slurmddp::TcpStore> store_;
+  std::string prefix_;
   std::vector<std::unique_ptr<RankProcess>> procs_;  // destroyed first: kills and reaps
 };
 
@@ -384,6 +390,22 @@ INSTANTIATE_TEST_SUITE_P(Gloo, AtScale, ::testing::Values(std::pair{16, 8}, std:
                            return std::to_string(i.param.first) + "x" +
                                   std::to_string(i.param.second);
                          });
+
+// Note [Flat mesh only when flat]: one rank a node over flat_mesh_max ranks
+// (lowered to 16 here) is a ring of all ranks, not a mesh: every collective is
+// still right, and the only mesh records in the store are the ring's.
+TEST(FlatGroups, OverTheMeshLimitTheyAreARingOfAllRanks) {
+  const int n = 64;
+  Group g("scale", n, 60s, 0, {}, layout(n, 1), {{"COMM_RANK_FLAT_MESH_MAX", "16"}});
+  for (int r = 0; r < n; ++r) {
+    const Result res = g.result(r, 120s);
+    EXPECT_EQ(res.kind, "ok") << "rank " << r << ": " << res.text;
+  }
+  for (int r : {0, 31, 63}) {
+    EXPECT_TRUE(g.store().check({g.key("shm/leaders/mesh/" + std::to_string(r))})) << r;
+    EXPECT_FALSE(g.store().check({g.key("sync/" + std::to_string(r))})) << r;
+  }
+}
 
 // One of 128 ranks never starts: every other fails within the timeout of its
 // own start, naming it.

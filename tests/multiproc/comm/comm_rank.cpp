@@ -14,6 +14,7 @@
 //   scenario "join":        create the communicator only
 //   scenario "scale":       a barrier, then one small allreduce, broadcast and
 //                           allgather with closed-form results (many ranks)
+// COMM_RANK_FLAT_MESH_MAX, when set, is GlooOptions::flat_mesh_max.
 #include <time.h>
 
 #include <cmath>
@@ -63,8 +64,9 @@ int run_scale(Communicator& c) {
   c.allreduce(sum.data(), sum.size(), DataType::kInt64, ReduceOp::kSum)->wait(c.timeout());
   const int64_t expected = static_cast<int64_t>(n) * (n - 1) / 2;
   for (int64_t v : sum) {
-    if (v != expected)
+    if (v != expected) {
       wrong("scale allreduce: " + std::to_string(v) + " != " + std::to_string(expected));
+    }
   }
   std::vector<float> b(1001, r == n - 1 ? -0.0f : 1.0f);
   if (r == n - 1) b[7] = 3.5f;
@@ -108,6 +110,7 @@ int main(int argc, char** argv) {
     o.prefix = prefix;
     o.hostname = "127.0.0.1";
     o.timeout = timeout;
+    if (const char* v = std::getenv("COMM_RANK_FLAT_MESH_MAX")) o.flat_mesh_max = std::atoi(v);
     auto comm = make_gloo_communicator(o);
     if (scenario == "collectives") return run_collectives(*comm);
     if (scenario == "loop") return run_loop(*comm, count);
