@@ -57,6 +57,11 @@ class TcpStoreServer {
   // the handshake do not count) or `timeout` passes; returns whether it got
   // there. The server keeps serving meanwhile.
   bool drain(Millis timeout);
+  // The same, but also gives up once no request has arrived for `quiet`: the
+  // clients still connected are then idle, or stopped (a SIGSTOPped process
+  // keeps its connection and asks nothing), and waiting longer only delays
+  // the host's exit (Note [Lingering host]).
+  bool drain(Millis timeout, Millis quiet);
 
  private:
   struct __attribute__((visibility("hidden"))) Impl;  // internal: not exported
@@ -81,8 +86,10 @@ struct TcpStoreOptions {
   // With is_server: how long destroying the store keeps serving the other
   // ranks still connected, so that they can finish their last requests (the
   // last barrier's reply, a timeout diagnosis) instead of losing the server
-  // under them. It ends as soon as they have all disconnected.
+  // under them. It ends as soon as they have all disconnected, or once none
+  // of them has sent a request for linger_quiet (Note [Lingering host]).
   Millis linger{5000};
+  Millis linger_quiet{500};
   // Limits of the hosted server (tcp_store_limits.h); its port and token come
   // from the fields above.
   TcpStoreServerOptions server;

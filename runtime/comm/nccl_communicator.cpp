@@ -136,7 +136,7 @@ void NcclCommunicatorImpl::set_up_failure_notes(const std::shared_ptr<Store>& st
   ctx.rank = rank_;
   ctx.size = size_;
   ctx.timeout = timeout_;
-  ctx.grace = std::clamp(timeout_ / 4, milliseconds(100), milliseconds(2000));
+  ctx.grace = membership::diagnosis_grace(timeout_);
   ctx.component = "nccl";
   state_->set_diagnoser([ctx](const std::string& op, const std::exception_ptr& plain, bool lost) {
     return membership::note_and_conclude(

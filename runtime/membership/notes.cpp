@@ -94,6 +94,10 @@ std::string failure_key(const std::string& prefix, int rank) {
   return prefix + "/failed/" + std::to_string(rank);
 }
 
+std::chrono::milliseconds diagnosis_grace(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
+}
+
 void write_note(const DiagnosisContext& ctx, const Observation& o, const std::string& op) {
   if (!ctx.store) return;
   try {

@@ -57,6 +57,12 @@ struct DiagnosisContext {
 
 std::string failure_key(const std::string& prefix, int rank);
 
+// Step 3's wait for the others' notes, for an operation timeout `timeout`: a
+// quarter of it, between 100 ms and 1 s. A stopped peer never writes one, so
+// every survivor waits it out: it is most of the margin by which a hung peer's
+// group ends after the timeout (with Note [Lingering host], at most ~1.5 s).
+std::chrono::milliseconds diagnosis_grace(std::chrono::milliseconds timeout);
+
 // Step 2: write this rank's note (best effort, never throws).
 void write_note(const DiagnosisContext& ctx, const Observation& o, const std::string& op);
 // Step 3: gather the other notes (up to ctx.grace) and build the error to

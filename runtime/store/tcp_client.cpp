@@ -73,10 +73,19 @@ class TcpClient final : public TcpStore, public store::BarrierJoin {
 
   // A hosting store lets the other ranks finish before its server goes
   // (TcpStoreOptions::linger): its own connection closes first.
+  //
+  // Note [Lingering host]
+  //   The host used to wait up to the whole linger (5 s) for every client to
+  //   disconnect. A peer that is stopped (SIGSTOP, a hung node) never does,
+  //   so rank 0 left 5 s after the others, past the timeout every user
+  //   configured. The linger is for the others' last requests (a barrier's
+  //   reply, a failure diagnosis), and those are traffic: so it also ends when
+  //   no request has come for linger_quiet (0.5 s). A client idle that long
+  //   after the host's own end is done, or cannot answer anyway.
   ~TcpClient() override {
     if (!server_) return;
     fd_.reset();
-    server_->drain(opts_.linger);
+    server_->drain(opts_.linger, opts_.linger_quiet);
   }
 
   void connect();

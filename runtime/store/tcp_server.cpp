@@ -338,6 +338,28 @@ bool TcpStoreServer::drain(Millis timeout) {
   return m.drained.wait_for(lock, std::max(timeout, Millis(0)), idle);
 }
 
+bool TcpStoreServer::drain(Millis timeout, Millis quiet) {  // Note [Lingering host]
+  Impl& m = *impl_;
+  using Clock = std::chrono::steady_clock;
+  auto gone = [&m] { return m.counters.clients.load(std::memory_order_relaxed) == 0; };
+  const auto start = Clock::now();
+  const auto deadline = start + std::max(timeout, Millis(0));
+  quiet = std::max(quiet, Millis(1));
+  // Silence counts from the last request, or from now if it came earlier.
+  auto last = [&m, start] {
+    const Clock::time_point t{std::chrono::duration_cast<Clock::duration>(
+        std::chrono::nanoseconds(m.counters.last_request_ns.load(std::memory_order_relaxed)))};
+    return std::max(t, start);
+  };
+  std::unique_lock<std::mutex> lock(m.drain_mu);
+  for (;;) {
+    if (gone()) return true;
+    const auto until = std::min(deadline, last() + quiet);
+    if (Clock::now() >= until) return false;
+    m.drained.wait_until(lock, until, gone);
+  }
+}
+
 TcpStoreServerStats TcpStoreServer::stats() const {
   const auto& k = impl_->counters;
   auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };

@@ -215,6 +215,9 @@ struct __attribute__((visibility("hidden"))) TcpStoreServer::Impl {
     std::atomic<uint64_t> accepted{0}, open{0}, unauthenticated{0}, peak_unauthenticated{0},
         authenticated{0}, requests{0}, parked{0}, keys{0}, buffered{0}, peak_buffered{0},
         clients{0};  // authenticated connections open now
+    // When the last request came (steady_clock, ns since its epoch): what
+    // drain(timeout, quiet) measures silence from (Note [Lingering host]).
+    std::atomic<int64_t> last_request_ns{0};
     std::array<std::atomic<uint64_t>, static_cast<size_t>(Refusal::kCount)> refused{};
   } counters;
 };

@@ -168,7 +168,11 @@ bool TcpStoreServer::Impl::on_frame(Conn& c, const uint8_t* frame, size_t size) 
     return false;
   }
   counters.requests.fetch_add(1, std::memory_order_relaxed);
-  state.handle(c.id, std::move(req), Clock::now());
+  const auto now = Clock::now();
+  counters.last_request_ns.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+      std::memory_order_relaxed);
+  state.handle(c.id, std::move(req), now);
   return true;
 }
 

@@ -10,7 +10,12 @@
 // SIGKILL or SIGSTOP itself before step S, for fault injection; with
 // kill-in-store every rank enters a store barrier at step S and rank R dies
 // just before it (the others then wait on the store it hosted, if R is 0).
+// The fault line carries at_ms, and a rank that fails prints, after its
+// process group is gone (rank 0: its store's server too), "runtime rank=R
+// exit_ms=M": both CLOCK_MONOTONIC, one clock for every node of the test
+// cluster.
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,6 +27,16 @@
 
 #include "slurmddp/error.h"
 #include "slurmddp/process_group.h"
+
+namespace {
+
+long long monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int expect_world = -1, steps = 0, fault_rank = -1, fault_step = -1;
@@ -43,9 +58,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::string rank = std::getenv("SLURM_PROCID") != nullptr ? std::getenv("SLURM_PROCID") : "?";
   try {
     auto pg = slurmddp::init();
     const auto& id = pg->identity();
+    rank = std::to_string(id.rank);
     if (expect_world > 0 && id.world_size != expect_world) {
       std::fprintf(stderr,
                    "runtime_probe: failed to start: this program needs WORLD_SIZE=%d but the step "
@@ -90,7 +107,8 @@ int main(int argc, char** argv) {
     }
     for (int step = 0; step < steps; ++step) {
       if (id.rank == fault_rank && step == fault_step) {
-        std::printf("runtime rank=%d fault=%s step=%d\n", id.rank, fault.c_str(), step);
+        std::printf("runtime rank=%d fault=%s step=%d at_ms=%lld\n", id.rank, fault.c_str(), step,
+                    monotonic_ms());
         std::fflush(stdout);
         raise(fault == "stop" ? SIGSTOP : SIGKILL);
       }
@@ -125,6 +143,7 @@ int main(int argc, char** argv) {
     pg->shutdown();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "runtime_probe: %s\n", e.what());
+    std::printf("runtime rank=%s exit_ms=%lld\n", rank.c_str(), monotonic_ms());
     return 1;
   }
   return 0;

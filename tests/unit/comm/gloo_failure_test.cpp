@@ -53,6 +53,14 @@ TEST(GlooMessages, Classify) {
 
   EXPECT_EQ(classify(std::make_exception_ptr(TimeoutError("store: x"))).kind, Kind::kTimeout);
   EXPECT_EQ(classify(std::make_exception_ptr(PeerError("store: y"))).kind, Kind::kPeer);
+  EXPECT_EQ(classify(std::make_exception_ptr(PeerError("store: y"))).peer, -1);
+  // The shared-memory tier names the node-mate that died: a lost peer for
+  // the notes, as a closed connection is (not "no response within the timeout").
+  auto died = classify(std::make_exception_ptr(
+      PeerError("shm: reduce to the node's first rank failed: rank 5 (pid 77) on n2 died (lost "
+                "peer rank 5); rank=6, host=n2")));
+  EXPECT_EQ(died.kind, Kind::kPeer);
+  EXPECT_EQ(died.peer, 5);
   EXPECT_EQ(classify(std::make_exception_ptr(std::runtime_error("enforce"))).kind, Kind::kOther);
   EXPECT_EQ(classify(std::make_exception_ptr(42)).detail, "unknown exception");
 }

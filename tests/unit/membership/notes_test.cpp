@@ -161,5 +161,15 @@ TEST(NoteAndConclude, NamesTheRankThatWroteNoNote) {
   EXPECT_EQ(note_and_conclude(c, Kind::kTimeout, "x", plain), plain);
 }
 
+// A quarter of the timeout, within [100 ms, 1 s]: a stopped peer costs its
+// group at most that past the timeout (Note [Lingering host] adds 0.5 s).
+TEST(Notes, TheDiagnosisGraceIsAQuarterOfTheTimeoutUpToOneSecond) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(diagnosis_grace(milliseconds(200)), milliseconds(100));
+  EXPECT_EQ(diagnosis_grace(milliseconds(2000)), milliseconds(500));
+  EXPECT_EQ(diagnosis_grace(milliseconds(10000)), milliseconds(1000));
+  EXPECT_EQ(diagnosis_grace(milliseconds(300000)), milliseconds(1000));
+}
+
 }  // namespace
 }  // namespace slurmddp::membership

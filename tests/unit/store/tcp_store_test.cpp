@@ -276,6 +276,33 @@ TEST(TcpStore, ClientsBlockedInGetFailWithPeerErrorWhenTheServerStops) {
   EXPECT_THROW(a->set("k", B("v")), PeerError);
 }
 
+// Note [Lingering host]: the host waits for its clients' last requests, not
+// for a client that is connected but asks nothing (a stopped process).
+TEST(TcpStore, TheHostLingersWhileClientsAskAndNotForASilentOne) {
+  auto server = start_server();
+  const uint16_t port = server->port();
+  auto silent = make_tcp_store(client_options(port));
+  silent->set("hello", B("1"));
+  // A client that keeps asking for 600 ms, then goes.
+  auto busy = std::async(std::launch::async, [&] {
+    auto c = make_tcp_store(client_options(port));
+    const auto until = steady_clock::now() + milliseconds(600);
+    while (steady_clock::now() < until) c->check({"hello"});
+  });
+  ASSERT_TRUE(eventually([&] { return server->stats().open == 2; }));
+  auto start = steady_clock::now();
+  // The busy client holds the drain past several quiet periods...
+  EXPECT_FALSE(server->drain(seconds(20), milliseconds(150)));
+  busy.get();
+  EXPECT_GE(steady_clock::now() - start, milliseconds(500));
+  // ...and then only the silent one is left: one quiet period, not the linger.
+  start = steady_clock::now();
+  EXPECT_FALSE(server->drain(seconds(20), milliseconds(150)));
+  EXPECT_LT(steady_clock::now() - start, seconds(5));
+  silent.reset();
+  EXPECT_TRUE(server->drain(seconds(20), seconds(10)));
+}
+
 TEST(TcpStore, ClientSideLimitsNeverReachTheServer) {
   auto server = start_server();
   auto store = make_tcp_store(client_options(server->port()));
