@@ -5,11 +5,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdint>
-#include <cstdlib>
 #include <set>
 #include <sstream>
 
+#include "comm/shm_node.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::comm {
@@ -72,18 +71,14 @@ Observation classify(const std::exception_ptr& error) {
   } catch (const TimeoutError& e) {
     o.kind = Observation::Kind::kTimeout;
     o.detail = e.what();
+  } catch (const ShmPeerDied& e) {
+    // The shared-memory tier saw this node-mate die: the peer of the note.
+    o.kind = Observation::Kind::kPeer;
+    o.detail = e.what();
+    o.peer = e.rank;
   } catch (const PeerError& e) {
     o.kind = Observation::Kind::kPeer;
     o.detail = e.what();
-    // The shared-memory tier names the node-mate it saw die, as "(lost peer
-    // rank N)" (comm/shm_node.cpp): the peer of the note (Note [Failure notes]).
-    const std::string lost = "(lost peer rank ";
-    if (const auto at = o.detail.find(lost); at != std::string::npos) {
-      const char* digits = o.detail.c_str() + at + lost.size();
-      char* end = nullptr;
-      const long r = std::strtol(digits, &end, 10);
-      if (end != digits && *end == ')' && r >= 0 && r <= INT32_MAX) o.peer = static_cast<int>(r);
-    }
   } catch (const gloo::Exception& e) {
     o.detail = strip_gloo_location(e.what());
     o.kind = mentions_timeout(o.detail) ? Observation::Kind::kTimeout : Observation::Kind::kOther;

@@ -256,7 +256,7 @@ void ShmNode::wait_one(int j, Phase phase, uint32_t value, Clock::time_point dea
         std::string m = "shm: " + std::string(what);
         m += " failed: " + who();
         m += " died (lost peer rank " + std::to_string(peer.rank) + ")";
-        throw PeerError(m + me());
+        throw ShmPeerDied(m + me(), peer.rank);
       }
       next_check = now + kLivenessPeriod;
     }

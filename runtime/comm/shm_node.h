@@ -45,9 +45,18 @@
 #include <vector>
 
 #include "slurmddp/communicator.h"
+#include "slurmddp/error.h"
 #include "slurmddp/store.h"
 
 namespace slurmddp::comm {
+
+// A node-mate seen dead while waiting for it: the failure notes' peer (Note
+// [Failure notes]), as a closed connection names one.
+class ShmPeerDied : public PeerError {
+ public:
+  ShmPeerDied(const std::string& message, int rank) : PeerError(message), rank(rank) {}
+  int rank;
+};
 
 struct ShmPeer {
   int rank = 0;  // in the communicator

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "../membership/note_helpers.h"
+#include "comm/shm_node.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 
@@ -57,8 +58,9 @@ TEST(GlooMessages, Classify) {
   // The shared-memory tier names the node-mate that died: a lost peer for
   // the notes, as a closed connection is (not "no response within the timeout").
   auto died = classify(std::make_exception_ptr(
-      PeerError("shm: reduce to the node's first rank failed: rank 5 (pid 77) on n2 died (lost "
-                "peer rank 5); rank=6, host=n2")));
+      ShmPeerDied("shm: reduce to the node's first rank failed: rank 5 (pid 77) on n2 died (lost "
+                  "peer rank 5); rank=6, host=n2",
+                  5)));
   EXPECT_EQ(died.kind, Kind::kPeer);
   EXPECT_EQ(died.peer, 5);
   EXPECT_EQ(classify(std::make_exception_ptr(std::runtime_error("enforce"))).kind, Kind::kOther);
