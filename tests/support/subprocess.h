@@ -27,6 +27,11 @@ std::string self_path();
 // The exit code of a waitpid() status; 128 + signal when it was killed.
 int exit_code(int wait_status);
 
+// CLOCK_MONOTONIC in milliseconds: one clock for a test and the processes it
+// starts (and for every node of the test cluster, one kernel), so times that
+// children print can be compared with the parent's.
+long long monotonic_ms();
+
 // Starts `argv` (argv[0] a path) with `env`; -1 when it could not start.
 pid_t spawn(const std::vector<std::string>& argv, const Env& env = {});
 

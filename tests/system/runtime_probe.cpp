@@ -15,7 +15,6 @@
 // exit_ms=M": both CLOCK_MONOTONIC, one clock for every node of the test
 // cluster.
 #include <signal.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -27,16 +26,9 @@
 
 #include "slurmddp/error.h"
 #include "slurmddp/process_group.h"
+#include "subprocess.h"
 
-namespace {
-
-long long monotonic_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
-}  // namespace
+using slurmddp::support::monotonic_ms;
 
 int main(int argc, char** argv) {
   int expect_world = -1, steps = 0, fault_rank = -1, fault_step = -1;

@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -28,11 +27,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-long long monotonic_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
+using slurmddp::support::monotonic_ms;
 
 std::string rank_binary() {
   const char* p = std::getenv("COMM_RANK_BIN");

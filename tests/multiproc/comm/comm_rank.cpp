@@ -15,7 +15,6 @@
 //   scenario "scale":       a barrier, then one small allreduce, broadcast and
 //                           allgather with closed-form results (many ranks)
 // COMM_RANK_FLAT_MESH_MAX, when set, is GlooOptions::flat_mesh_max.
-#include <time.h>
 
 #include <cmath>
 #include <cstdio>
@@ -27,17 +26,14 @@
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/tcp_store.h"
+#include "subprocess.h"
 
 using namespace slurmddp;
 using namespace slurmddp::testing;
 
 namespace {
 
-long long monotonic_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
+using slurmddp::support::monotonic_ms;
 
 int run_loop(Communicator& c, size_t count) {
   std::vector<float> x(count);
