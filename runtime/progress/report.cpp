@@ -1,0 +1,104 @@
+#include "progress/report.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace slurmddp::progress {
+
+namespace {
+
+std::string seconds(int64_t ms) {
+  return std::to_string(std::max<int64_t>(ms, 0) / 1000) + " s";
+}
+
+// The value seen most often (the smallest on a tie), or a default.
+template <typename T>
+T most_common(const std::vector<T>& values, T otherwise) {
+  std::map<T, int> count;
+  for (const T& v : values) ++count[v];
+  T best = otherwise;
+  int most = 0;
+  for (const auto& [v, n] : count) {
+    if (n > most) {
+      best = v;
+      most = n;
+    }
+  }
+  return best;
+}
+
+std::string describe(int rank, const std::optional<Record>& r, int64_t now_ms) {
+  std::string out = "rank " + std::to_string(rank);
+  if (!r) return out + ": no record (it never reported)";
+  out += " on " + (r->node.empty() ? std::string("?") : r->node);
+  const std::string step = " at step " + std::to_string(r->step + 1);
+  const std::string in = r->phase == Phase::kCollective
+                             ? " in " + r->op + " #" + std::to_string(r->seq) +
+                                   (r->where.empty() ? "" : " (" + r->where + ")")
+                             : (r->where.empty() ? " in user code" : " in " + r->where);
+  if (!r->fresh) {
+    return out + " did not answer; last seen" + step + in + ", " + seconds(now_ms - r->since_ms) +
+           " ago";
+  }
+  return out + step + " for " + seconds(now_ms - r->since_ms) + in;
+}
+
+}  // namespace
+
+std::string hang_report(const std::vector<std::optional<Record>>& by_rank, int64_t now_ms) {
+  const int n = static_cast<int>(by_rank.size());
+  // The largest group of answering ranks in one collective.
+  std::map<std::pair<std::string, int64_t>, std::vector<int>> groups;
+  for (int r = 0; r < n; ++r) {
+    const auto& rec = by_rank[static_cast<size_t>(r)];
+    if (rec && rec->fresh && rec->phase == Phase::kCollective) {
+      groups[{rec->op, rec->seq}].push_back(r);
+    }
+  }
+  const std::vector<int>* waiting = nullptr;
+  std::pair<std::string, int64_t> key;
+  for (const auto& [k, ranks] : groups) {
+    if (waiting == nullptr || ranks.size() > waiting->size()) {
+      waiting = &ranks;
+      key = k;
+    }
+  }
+  std::string out;
+  std::vector<bool> summarized(static_cast<size_t>(n), false);
+  if (waiting != nullptr) {
+    std::vector<int64_t> steps;
+    std::vector<std::string> wheres;
+    for (int r : *waiting) {
+      summarized[static_cast<size_t>(r)] = true;
+      steps.push_back(by_rank[static_cast<size_t>(r)]->step + 1);
+      wheres.push_back(by_rank[static_cast<size_t>(r)]->where);
+    }
+    const std::string where = most_common(wheres, std::string());
+    out = "step " + std::to_string(most_common(steps, int64_t{0})) + ": " +
+          std::to_string(waiting->size()) + "/" + std::to_string(n) + " ranks waiting in " +
+          key.first + " #" + std::to_string(key.second) + (where.empty() ? "" : " (" + where + ")");
+  } else {
+    out = std::to_string(n) + " ranks, none in a collective";
+  }
+  // The others, most suspect first.
+  const auto order = [&](int r) {
+    const auto& rec = by_rank[static_cast<size_t>(r)];
+    if (!rec || !rec->fresh) return 0;
+    return rec->phase == Phase::kUser ? 1 : 2;
+  };
+  std::vector<int> others;
+  for (int r = 0; r < n; ++r) {
+    if (!summarized[static_cast<size_t>(r)]) others.push_back(r);
+  }
+  std::stable_sort(others.begin(), others.end(), [&](int a, int b) { return order(a) < order(b); });
+  for (size_t i = 0; i < others.size() && i < kListedRanks; ++i) {
+    out += "; " + describe(others[i], by_rank[static_cast<size_t>(others[i])], now_ms);
+  }
+  if (others.size() > kListedRanks) {
+    out += "; and " + std::to_string(others.size() - kListedRanks) + " more ranks";
+  }
+  return out;
+}
+
+}  // namespace slurmddp::progress

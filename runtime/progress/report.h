@@ -1,0 +1,31 @@
+// The hang report: one line that says where every rank of a group is, from
+// their progress records (Note [Progress records]), e.g.
+//   step 1234: 7/8 ranks waiting in all_reduce #5123 (train.py:88); rank 5 on
+//   n2 at step 1233 for 312 s in train.py:61 (next(loader))
+// Pure: the caller gathers the records.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "progress/record.h"
+
+namespace slurmddp::progress {
+
+// Ranks named one by one after the summary; the rest are counted.
+inline constexpr size_t kListedRanks = 8;
+
+// `by_rank[r]`: rank r's record (stale when it did not answer), or nothing
+// when it never wrote one. `now_ms`: wall clock, as Record::since_ms.
+//
+// The largest set of ranks in the same collective (name and sequence number)
+// is the summary, with the step they are in and their most common location;
+// every other rank is named with its node, its step, how long it has been
+// where it is and where: first those that did not answer (stopped, or stuck
+// outside reach), then those in user code, then those in another collective.
+// "Step" is the step a rank is in: its last completed step + 1.
+std::string hang_report(const std::vector<std::optional<Record>>& by_rank, int64_t now_ms);
+
+}  // namespace slurmddp::progress
