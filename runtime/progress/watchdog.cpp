@@ -1,0 +1,165 @@
+// Note [Hang requests] in watchdog.h.
+#include "progress/watchdog.h"
+
+#include "common/log.h"
+#include "progress/report.h"
+#include "slurmddp/error.h"
+
+namespace slurmddp::progress {
+
+namespace {
+
+const char* const kComponent = "progress";
+
+std::string text(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
+Bytes bytes(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
+
+}  // namespace
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void Tracker::step_done(int64_t step) {
+  step_.store(step, std::memory_order_relaxed);
+  if (op_.load(std::memory_order_relaxed) == nullptr) {
+    since_ms_.store(wall_ms(), std::memory_order_relaxed);
+  }
+}
+
+void Tracker::enter(const char* op, int64_t seq) {
+  seq_.store(seq, std::memory_order_relaxed);
+  since_ms_.store(wall_ms(), std::memory_order_relaxed);
+  op_.store(op, std::memory_order_release);
+}
+
+void Tracker::leave() {
+  op_.store(nullptr, std::memory_order_release);
+  since_ms_.store(wall_ms(), std::memory_order_relaxed);
+}
+
+Record Tracker::snapshot(int rank, const std::string& node) const {
+  Record r;
+  r.rank = rank;
+  r.node = node;
+  r.step = step_.load(std::memory_order_relaxed);
+  const char* op = op_.load(std::memory_order_acquire);
+  if (op != nullptr) {
+    r.phase = Phase::kCollective;
+    r.op = op;
+    r.seq = seq_.load(std::memory_order_relaxed);
+  }
+  r.since_ms = since_ms_.load(std::memory_order_relaxed);
+  return r;
+}
+
+bool Tracker::in_collective_longer_than(std::chrono::milliseconds t) const {
+  return op_.load(std::memory_order_acquire) != nullptr &&
+         wall_ms() - since_ms_.load(std::memory_order_relaxed) > t.count();
+}
+
+Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker)
+    : o_(std::move(options)), tracker_(std::move(tracker)) {
+  if (!o_.print) {
+    o_.print = [](const std::string& report) { SLURMDDP_LOG_WARN(kComponent, report); };
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::string Watchdog::key(int64_t round, const std::string& name) const {
+  return o_.scope + "/hang/" + std::to_string(round) + "/" + name;
+}
+
+void Watchdog::answer(int64_t round) {
+  Record r = tracker_->snapshot(o_.rank, o_.node);
+  if (o_.where) r.where = o_.where();
+  if (o_.stacks) r.stack = o_.stacks();
+  o_.store->set(key(round, std::to_string(o_.rank)), bytes(encode(r)));
+}
+
+void Watchdog::report(int64_t round) {
+  const auto until = std::chrono::steady_clock::now() + o_.gather;
+  std::vector<std::optional<Record>> records(static_cast<size_t>(o_.size));
+  std::vector<bool> answered(static_cast<size_t>(o_.size), false);
+  int missing = o_.size;
+  // Poll the answers until all are in or the gather window ends (one check
+  // of all missing keys at a time).
+  while (missing > 0) {
+    for (int r = 0; r < o_.size; ++r) {
+      if (answered[static_cast<size_t>(r)]) continue;
+      const std::string k = key(round, std::to_string(r));
+      if (!o_.store->check({k})) continue;
+      answered[static_cast<size_t>(r)] = true;
+      --missing;
+      records[static_cast<size_t>(r)] =
+          decode(text(o_.store->get(k, std::chrono::milliseconds(0))));
+    }
+    if (missing == 0 || std::chrono::steady_clock::now() >= until) break;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) return;
+  }
+  for (int r = 0; r < o_.size; ++r) {
+    if (answered[static_cast<size_t>(r)]) continue;
+    const std::string k = o_.scope + "/progress/" + std::to_string(r);
+    if (!o_.store->check({k})) continue;
+    auto last = decode(text(o_.store->get(k, std::chrono::milliseconds(0))));
+    if (last) last->fresh = false;
+    records[static_cast<size_t>(r)] = last;
+  }
+  o_.print("hang report " + std::to_string(round + 1) + ": " + hang_report(records, wall_ms()));
+  printed_.fetch_add(1);
+}
+
+void Watchdog::run() {
+  int64_t round = 0;
+  auto last_beat = std::chrono::steady_clock::now() - o_.heartbeat;
+  // A hang that goes on is reported again at most once per hang_after.
+  auto next_auto = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, o_.poll, [this] { return stop_; })) return;
+    }
+    try {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_beat >= o_.heartbeat) {
+        Record r = tracker_->snapshot(o_.rank, o_.node);
+        if (o_.where) r.where = o_.where();
+        o_.store->set(o_.scope + "/progress/" + std::to_string(o_.rank), bytes(encode(r)));
+        last_beat = now;
+      }
+      const std::string request = key(round, "request");
+      if (requested_.exchange(false) ||
+          (now >= next_auto && tracker_->in_collective_longer_than(o_.hang_after))) {
+        o_.store->compare_set(request, {}, bytes(std::to_string(o_.rank)));
+      }
+      if (!o_.store->check({request})) continue;
+      answer(round);
+      const std::string asker = text(o_.store->get(request, std::chrono::milliseconds(0)));
+      if (asker == std::to_string(o_.rank)) report(round);
+      ++round;
+      next_auto = std::chrono::steady_clock::now() + o_.hang_after;
+    } catch (const std::exception& e) {
+      // The store is gone or failing: the group's own errors will say so.
+      SLURMDDP_LOG_DEBUG(kComponent, "watchdog stops: " << e.what());
+      return;
+    }
+  }
+}
+
+}  // namespace slurmddp::progress

@@ -1,0 +1,138 @@
+// The watchdog (Note [Hang requests]): ranks as threads on the in-process
+// store; a collective waiting too long, or a request on demand, makes one
+// rank print one report naming where every rank is.
+#include "progress/watchdog.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace slurmddp::progress {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+// Reports printed by any rank, in order.
+class Printed {
+ public:
+  void add(const std::string& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lines_.push_back(s);
+    cv_.notify_all();
+  }
+  // Waits (up to `within`) until `n` reports were printed; returns them.
+  std::vector<std::string> wait_for(size_t n, std::chrono::milliseconds within = 20s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, within, [&] { return lines_.size() >= n; });
+    return lines_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> lines_;
+};
+
+struct Rank {
+  std::shared_ptr<Tracker> tracker = std::make_shared<Tracker>();
+  std::unique_ptr<Watchdog> watchdog;
+};
+
+WatchdogOptions options(const std::shared_ptr<Store>& store, int rank, int size, Printed& out) {
+  WatchdogOptions o;
+  o.store = store;
+  o.scope = "g/1";
+  o.rank = rank;
+  o.size = size;
+  o.node = rank < 2 ? "n1" : "n2";
+  o.hang_after = 300ms;
+  o.poll = 50ms;
+  o.heartbeat = 100ms;
+  o.gather = 5s;
+  o.print = [&out](const std::string& s) { out.add(s); };
+  return o;
+}
+
+TEST(Watchdog, ACollectiveWaitingTooLongGetsOneReportNamingTheRankInUserCode) {
+  auto store = make_in_process_store();
+  Printed out;
+  std::vector<Rank> ranks(4);
+  for (int r = 0; r < 4; ++r) {
+    auto& k = ranks[static_cast<size_t>(r)];
+    WatchdogOptions o = options(store, r, 4, out);
+    if (r == 3) {
+      k.tracker->step_done(10);  // still loading step 11's batch
+      o.where = [] { return std::string("train.py:61 (next(loader))"); };
+    } else {
+      k.tracker->step_done(11);
+      k.tracker->enter("all_reduce", 7);
+    }
+    k.watchdog = std::make_unique<Watchdog>(o, k.tracker);
+  }
+  const auto printed = out.wait_for(1);
+  ASSERT_EQ(printed.size(), 1u);
+  EXPECT_THAT(printed[0], HasSubstr("hang report 1: step 12: 3/4 ranks waiting in all_reduce #7; "
+                                    "rank 3 on n2 at step 11 for "));
+  EXPECT_THAT(printed[0], HasSubstr(" in train.py:61 (next(loader))"));
+  // Once stopped: each round's report was printed once, by one rank.
+  for (auto& k : ranks) k.watchdog.reset();
+  std::set<std::string> rounds;
+  for (const auto& line : out.wait_for(0, 0ms)) {
+    EXPECT_TRUE(rounds.insert(line.substr(0, line.find(':'))).second) << line;
+  }
+}
+
+TEST(Watchdog, ARankThatDoesNotAnswerIsNamedFromItsLastHeartbeat) {
+  auto store = make_in_process_store();
+  Printed out;
+  std::vector<Rank> ranks(3);
+  // Rank 2 beat once (in user code, step 4 done) and then stopped answering.
+  {
+    Record last;
+    last.rank = 2;
+    last.node = "n2";
+    last.step = 4;
+    last.since_ms = wall_ms() - 60'000;
+    last.where = "train.py:70";
+    store->set("g/1/progress/2", encode(last));
+  }
+  for (int r = 0; r < 2; ++r) {
+    auto& k = ranks[static_cast<size_t>(r)];
+    k.tracker->step_done(5);
+    k.tracker->enter("all_reduce", 40);
+    WatchdogOptions o = options(store, r, 3, out);
+    o.gather = 500ms;  // rank 2 never answers
+    k.watchdog = std::make_unique<Watchdog>(o, k.tracker);
+  }
+  const auto printed = out.wait_for(1);
+  ASSERT_EQ(printed.size(), 1u);
+  EXPECT_THAT(printed[0], HasSubstr("step 6: 2/3 ranks waiting in all_reduce #40; rank 2 on n2 "
+                                    "did not answer; last seen at step 5 in train.py:70, 6"));
+}
+
+TEST(Watchdog, OnDemandEveryRankIsListedAndNothingIsReportedUnasked) {
+  auto store = make_in_process_store();
+  Printed out;
+  std::vector<Rank> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    auto& k = ranks[static_cast<size_t>(r)];
+    k.tracker->step_done(2);
+    k.watchdog = std::make_unique<Watchdog>(options(store, r, 2, out), k.tracker);
+  }
+  ranks[1].watchdog->request();
+  const auto printed = out.wait_for(1);
+  ASSERT_EQ(printed.size(), 1u);
+  EXPECT_THAT(printed[0], HasSubstr("hang report 1: 2 ranks, none in a collective; rank 0 on n1 at "
+                                    "step 3 for "));
+  EXPECT_EQ(ranks[1].watchdog->printed(), 1);
+  EXPECT_EQ(ranks[0].watchdog->printed(), 0);
+}
+
+}  // namespace
+}  // namespace slurmddp::progress
