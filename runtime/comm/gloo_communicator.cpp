@@ -298,16 +298,18 @@ size_t GlooCommunicator::checked_bytes(const char* verb, size_t count, DataType 
   return count * es;
 }
 
-WorkHandle GlooCommunicator::submit(const std::string& what, std::function<void()> run) {
+WorkHandle GlooCommunicator::submit(const char* op, const std::string& what,
+                                    std::function<void()> run) {
   std::unique_lock<std::mutex> lock(queue_mutex_);
-  const std::string described = what + ", op #" + std::to_string(++issued_);
+  const int64_t seq = static_cast<int64_t>(++issued_);
+  const std::string described = what + ", op #" + std::to_string(seq);
   auto work = std::make_shared<comm::GlooWork>(described, rank_, state_, timeout_);
   if (auto error = state_->error()) {
     lock.unlock();
     work->finish(error);
     return work;
   }
-  queue_.push_back(Task{work, std::move(run)});
+  queue_.push_back(Task{work, std::move(run), op, seq});
   lock.unlock();
   queue_cv_.notify_one();
   return work;
@@ -322,7 +324,7 @@ WorkHandle GlooCommunicator::allreduce(void* data, size_t count, DataType type, 
   }
   std::ostringstream what;
   what << "allreduce " << count << ' ' << to_string(type) << " (" << to_string(op) << ')';
-  return submit(what.str(), [=] { do_allreduce(data, count, type, op); });
+  return submit("allreduce", what.str(), [=] { do_allreduce(data, count, type, op); });
 }
 
 WorkHandle GlooCommunicator::broadcast(void* data, size_t count, DataType type, int root) {
@@ -338,7 +340,7 @@ WorkHandle GlooCommunicator::broadcast(void* data, size_t count, DataType type, 
   }
   std::ostringstream what;
   what << "broadcast " << count << ' ' << to_string(type) << " from rank " << root;
-  return submit(what.str(), [=] { do_broadcast(data, count, type, root); });
+  return submit("broadcast", what.str(), [=] { do_broadcast(data, count, type, root); });
 }
 
 WorkHandle GlooCommunicator::allgather(const void* send, void* recv, size_t count, DataType type) {
@@ -349,7 +351,7 @@ WorkHandle GlooCommunicator::allgather(const void* send, void* recv, size_t coun
   }
   std::ostringstream what;
   what << "allgather " << count << ' ' << to_string(type) << " per rank";
-  return submit(what.str(), [=] { do_allgather(send, recv, count, type); });
+  return submit("allgather", what.str(), [=] { do_allgather(send, recv, count, type); });
 }
 
 WorkHandle GlooCommunicator::reduce_scatter(const void* send, void* recv, size_t count,
@@ -363,11 +365,12 @@ WorkHandle GlooCommunicator::reduce_scatter(const void* send, void* recv, size_t
   std::ostringstream what;
   what << "reduce-scatter " << count << ' ' << to_string(type) << " per rank (" << to_string(op)
        << ')';
-  return submit(what.str(), [=] { do_reduce_scatter(send, recv, count, type, op); });
+  return submit("reduce_scatter", what.str(),
+                [=] { do_reduce_scatter(send, recv, count, type, op); });
 }
 
 WorkHandle GlooCommunicator::barrier() {
-  return submit("complete a barrier", [this] {
+  return submit("barrier", "complete a barrier", [this] {
     int32_t token = 1;
     do_allreduce(&token, 1, DataType::kInt32, ReduceOp::kSum);
   });
@@ -392,11 +395,13 @@ void GlooCommunicator::worker_main() {
     std::exception_ptr error = state_->error();
     if (!error) {
       std::exception_ptr failure;
+      if (tracker_) tracker_->enter(task.op, task.seq);
       try {
         task.run();
       } catch (...) {
         failure = std::current_exception();
       }
+      if (tracker_) tracker_->leave();
       if (failure) {
         // Broken meanwhile by a Work::wait timeout: that error stands.
         error = state_->error();
@@ -486,8 +491,11 @@ std::vector<std::pair<std::string, std::string>> comm::gloo_join_fields() {
 }
 
 std::unique_ptr<Communicator> comm::make_gloo_communicator(
-    const GlooOptions& options, std::shared_ptr<membership::Membership> group) {
-  return std::make_unique<comm::GlooCommunicator>(options, std::move(group));
+    const GlooOptions& options, std::shared_ptr<membership::Membership> group,
+    std::shared_ptr<progress::Tracker> tracker) {
+  auto c = std::make_unique<comm::GlooCommunicator>(options, std::move(group));
+  c->track(std::move(tracker));
+  return c;
 }
 
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options) {

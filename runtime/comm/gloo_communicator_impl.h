@@ -24,6 +24,7 @@
 #include "comm/gloo_work.h"
 #include "comm/shm_node.h"
 #include "membership/membership.h"
+#include "progress/watchdog.h"
 #include "slurmddp/communicator.h"
 #include "slurmddp/gloo_communicator.h"
 
@@ -42,6 +43,8 @@ inline constexpr size_t kTierPiece = size_t{16} << 20;
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const GlooOptions& options, std::shared_ptr<membership::Membership> group);
+  // Which collective the worker is in, for the hang report (may be null).
+  void track(std::shared_ptr<progress::Tracker> tracker) { tracker_ = std::move(tracker); }
   ~GlooCommunicator() override;
 
   GlooCommunicator(const GlooCommunicator&) = delete;
@@ -65,6 +68,8 @@ class GlooCommunicator final : public Communicator {
   struct Task {
     std::shared_ptr<GlooWork> work;
     std::function<void()> run;
+    const char* op = "";  // for the tracker: "allreduce", ...
+    int64_t seq = 0;      // its op number
   };
 
   // Setup (constructor).
@@ -80,7 +85,7 @@ class GlooCommunicator final : public Communicator {
   void check_type(const char* verb, DataType type) const;
   void check_op(const char* verb, ReduceOp op) const;
   size_t checked_bytes(const char* verb, size_t count, DataType type, size_t ranks) const;
-  WorkHandle submit(const std::string& what, std::function<void()> run);
+  WorkHandle submit(const char* op, const std::string& what, std::function<void()> run);
 
   // The worker thread.
   void worker_main();
@@ -118,6 +123,7 @@ class GlooCommunicator final : public Communicator {
   size_t small_max_;         // the threshold in force, set by join()
   const int flat_mesh_max_;  // Note [Flat mesh only when flat]
   const std::shared_ptr<Store> store_;
+  std::shared_ptr<progress::Tracker> tracker_;     // Note [Progress records]; may be null
   std::shared_ptr<membership::Membership> group_;  // set by join()
   Bind bind_;
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "membership/membership.h"
+#include "progress/watchdog.h"
 #include "slurmddp/communicator.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/nccl_communicator.h"
@@ -17,8 +18,11 @@ namespace slurmddp::comm {
 // `group` joined with gloo_join_fields() and kGlooAgreedFields (or null: the
 // communicator joins its own on options.prefix). options.rank, size and store
 // must match the group's.
-std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options,
-                                                     std::shared_ptr<membership::Membership> group);
+// `tracker` (may be null) follows which collective the worker is in (Note
+// [Progress records]).
+std::unique_ptr<Communicator> make_gloo_communicator(
+    const GlooOptions& options, std::shared_ptr<membership::Membership> group,
+    std::shared_ptr<progress::Tracker> tracker = nullptr);
 
 // What the Gloo communicator needs in every rank's record, and the fields whose
 // group minimum it uses (Note [Priming send buffers]).

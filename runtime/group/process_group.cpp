@@ -13,6 +13,7 @@
 #include "group/open_files.h"
 #include "group/rendezvous_store.h"
 #include "membership/membership.h"
+#include "progress/watchdog.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp_config.h"
@@ -51,14 +52,21 @@ std::string host_name() {
 class Group : public ProcessGroup {
  public:
   Group(ProcessIdentity id, std::shared_ptr<Store> store, std::shared_ptr<Communicator> comm,
-        std::chrono::milliseconds timeout, Bootstrap bootstrap)
+        std::chrono::milliseconds timeout, Bootstrap bootstrap,
+        std::shared_ptr<progress::Tracker> tracker, std::unique_ptr<progress::Watchdog> watchdog)
       : id_(std::move(id)),
         store_(std::move(store)),
         comm_(std::move(comm)),
         timeout_(timeout),
-        bootstrap_(bootstrap) {}
+        bootstrap_(bootstrap),
+        tracker_(std::move(tracker)),
+        watchdog_(std::move(watchdog)) {}
   ~Group() override {
-    comm_.reset();  // before the store (unless shared elsewhere): it may still use the store
+    watchdog_.reset();  // first: it reads the tracker and uses the store
+    comm_.reset();      // before the store (unless shared elsewhere): it may still use the store
+  }
+  void step_done(int64_t step) override {
+    if (tracker_) tracker_->step_done(step);
   }
   const ProcessIdentity& identity() const override { return id_; }
   const std::shared_ptr<Communicator>& comm() const override { return comm_; }
@@ -77,8 +85,36 @@ class Group : public ProcessGroup {
   std::shared_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   Bootstrap bootstrap_;
+  std::shared_ptr<progress::Tracker> tracker_;
+  std::unique_ptr<progress::Watchdog> watchdog_;
   bool shut_down_ = false;
 };
+
+// Note [Progress records]: the hang report's watchdog for a Gloo group, after
+// SLURMDDP_HANG_AFTER (default: half the timeout; "0": none).
+std::unique_ptr<progress::Watchdog> make_watchdog(const ProcessIdentity& id,
+                                                  const std::shared_ptr<Store>& store,
+                                                  const membership::Membership& group,
+                                                  const std::shared_ptr<progress::Tracker>& tracker,
+                                                  std::chrono::milliseconds timeout) {
+  std::chrono::milliseconds after = timeout / 2;
+  if (const char* v = std::getenv("SLURMDDP_HANG_AFTER"); v != nullptr && *v != '\0') {
+    after = parse_duration("SLURMDDP_HANG_AFTER", v);
+  }
+  if (after.count() <= 0 || !store || id.world_size < 2) return nullptr;
+  progress::WatchdogOptions o;
+  o.store = store;
+  o.scope = group.scope();
+  o.rank = id.rank;
+  o.size = id.world_size;
+  o.node = locality_from_environment(id).node;
+  o.hang_after = after;
+  o.poll =
+      std::min(std::chrono::milliseconds(5000), std::max(after / 4, std::chrono::milliseconds(50)));
+  // Every rank sees the request within one poll: the asker waits two.
+  o.gather = std::min(std::chrono::milliseconds(5000), 2 * o.poll + std::chrono::milliseconds(500));
+  return std::make_unique<progress::Watchdog>(std::move(o), tracker);
+}
 
 // Note [One join]
 //   init() joins the group once (membership/membership.h): every rank records
@@ -273,7 +309,8 @@ BackendChoice choose_backend(const InitOptions& options, const ProcessIdentity& 
 
 std::unique_ptr<Communicator> make_communicator(
     Backend backend, const ProcessIdentity& id, const std::shared_ptr<Store>& store,
-    const std::shared_ptr<membership::Membership>& group, std::chrono::milliseconds timeout) {
+    const std::shared_ptr<membership::Membership>& group, std::chrono::milliseconds timeout,
+    const std::shared_ptr<progress::Tracker>& tracker) {
   if (backend == Backend::kNccl) {
     // Note [init and NCCL]
     //   The communicator is built over the group that init() already joined
@@ -318,7 +355,7 @@ std::unique_ptr<Communicator> make_communicator(
   o.ifname = id.ifname;
   o.timeout = timeout;
   o.prefix = group->prefix();
-  return comm::make_gloo_communicator(o, group);
+  return comm::make_gloo_communicator(o, group, tracker);
 #else
   (void)id;
   (void)store;
@@ -425,12 +462,16 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
   auto group = join_group(id, choice, physical, store, timeout);
   const auto join_ms = ms_since(started) - store_ms;
   settle_device(id, choice, physical, *group);
-  auto comm = make_communicator(choice.backend, id, store, group, timeout);
+  auto tracker = std::make_shared<progress::Tracker>();
+  auto comm = make_communicator(choice.backend, id, store, group, timeout, tracker);
+  auto watchdog = choice.backend == Backend::kGloo
+                      ? make_watchdog(id, store, *group, tracker, timeout)
+                      : nullptr;
   SLURMDDP_LOG_DEBUG(kComponent, "ready in " << ms_since(started) << " ms: store " << store_ms
                                              << " ms, join " << join_ms << " ms, communicator "
                                              << ms_since(started) - store_ms - join_ms << " ms");
   return std::make_unique<Group>(std::move(id), std::move(store), std::move(comm), timeout,
-                                 bootstrap);
+                                 bootstrap, std::move(tracker), std::move(watchdog));
 }
 
 }  // namespace slurmddp

@@ -127,7 +127,7 @@ void Watchdog::report(int64_t round) {
 
 void Watchdog::run() {
   int64_t round = 0;
-  auto last_beat = std::chrono::steady_clock::now() - o_.heartbeat;
+  auto last_beat = std::chrono::steady_clock::now();  // the first beat after one period
   // A hang that goes on is reported again at most once per hang_after.
   auto next_auto = std::chrono::steady_clock::now();
   for (;;) {

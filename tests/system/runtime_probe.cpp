@@ -4,12 +4,15 @@
 // (G: the entry of the task's GPU list that init() settled on, or "none")
 // and exits 1 (with the reason on stderr) when a result is wrong.
 //   runtime_probe [--expect-world N] [--steps N]
-//                 [--fault kill|stop|kill-in-store --fault-rank R --fault-step S]
+//                 [--fault kill|stop|sleep|kill-in-store --fault-rank R --fault-step S]
+//                 [--sleep-seconds N]
 // --steps runs N more allreduces after the checks (a training loop; each rank
 // prints "runtime rank=R training" when it starts it). --fault makes rank R
 // SIGKILL or SIGSTOP itself before step S, for fault injection; with
 // kill-in-store every rank enters a store barrier at step S and rank R dies
 // just before it (the others then wait on the store it hosted, if R is 0).
+// --fault sleep makes rank R sleep --sleep-seconds in its "user code" before
+// step S (the others wait in the allreduce: a hang report's case).
 // The fault line carries at_ms, and a rank that fails prints, after its
 // process group is gone (rank 0: its store's server too), "runtime rank=R
 // exit_ms=M": both CLOCK_MONOTONIC, one clock for every node of the test
@@ -31,7 +34,7 @@
 using slurmddp::support::monotonic_ms;
 
 int main(int argc, char** argv) {
-  int expect_world = -1, steps = 0, fault_rank = -1, fault_step = -1;
+  int expect_world = -1, steps = 0, fault_rank = -1, fault_step = -1, sleep_seconds = 0;
   std::string fault;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
@@ -45,6 +48,8 @@ int main(int argc, char** argv) {
       fault_rank = std::atoi(v.c_str());
     } else if (k == "--fault-step") {
       fault_step = std::atoi(v.c_str());
+    } else if (k == "--sleep-seconds") {
+      sleep_seconds = std::atoi(v.c_str());
     } else {
       std::fprintf(stderr, "runtime_probe: unknown option %s\n", k.c_str());
       return 2;
@@ -102,7 +107,11 @@ int main(int argc, char** argv) {
         std::printf("runtime rank=%d fault=%s step=%d at_ms=%lld\n", id.rank, fault.c_str(), step,
                     monotonic_ms());
         std::fflush(stdout);
-        raise(fault == "stop" ? SIGSTOP : SIGKILL);
+        if (fault == "sleep") {
+          sleep(static_cast<unsigned>(sleep_seconds));  // a slow data loader, say
+        } else {
+          raise(fault == "stop" ? SIGSTOP : SIGKILL);
+        }
       }
       if (fault == "kill-in-store" && step == fault_step) {
         slurmddp::store_barrier(*pg->store(), "probe/step", id.rank, w, pg->timeout());
@@ -117,6 +126,7 @@ int main(int argc, char** argv) {
                      static_cast<double>(grads[0]), static_cast<double>(want));
         return 1;
       }
+      pg->step_done(step);  // for the hang report (Note [Progress records])
     }
     char host[256] = {};
     gethostname(host, sizeof host - 1);

@@ -153,6 +153,47 @@ TEST(InitMultiproc, WorldSizesOneToFour) {
   }
 }
 
+// Note [Progress records]: one rank stuck in its own code (a slow data
+// loader) while the others wait in an allreduce: one rank prints where
+// everyone is, and training goes on once it wakes.
+std::unique_ptr<Process> start_training(int r, int world, uint16_t port) {
+  std::vector<std::string> argv{probe(), "--steps",         "10", "--fault",
+                                "sleep", "--fault-rank",    "2",  "--fault-step",
+                                "5",     "--sleep-seconds", "4"};
+  std::map<std::string, std::string> env{{"RANK", std::to_string(r)},
+                                         {"WORLD_SIZE", std::to_string(world)},
+                                         {"LOCAL_RANK", std::to_string(r)},
+                                         {"LOCAL_WORLD_SIZE", std::to_string(world)},
+                                         {"MASTER_ADDR", "127.0.0.1"},
+                                         {"MASTER_PORT", std::to_string(port)},
+                                         {"SLURMDDP_TIMEOUT", "30s"},
+                                         {"SLURMDDP_HANG_AFTER", "1s"},
+                                         {"SLURMDDP_BACKEND", "gloo"},
+                                         {"GLOO_SOCKET_IFNAME", "lo"},
+                                         {"SLURMD_NODENAME", r < 2 ? "node-a" : "node-b"},
+                                         {"SLURMDDP_STEP", ""},
+                                         {"SLURM_JOB_ID", ""},
+                                         {"PMIX_RANK", ""}};
+  return std::make_unique<Process>(argv, env);
+}
+
+TEST(InitMultiproc, ARankStuckInItsOwnCodeIsNamedByTheHangReport) {
+  uint16_t port = slurmddp::support::free_loopback_port();
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 3; ++r) ranks.push_back(start_training(r, 3, port));
+  std::string reports;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(ranks[r]->wait(60s), 0) << ranks[r]->stderr_text();
+    reports += ranks[r]->stderr_text();
+  }
+  // Step 5 done by everyone (0-based steps: 5 completed is "step 5" done,
+  // the others wait in step 6's allreduce; rank 2 sleeps before step 5).
+  EXPECT_THAT(reports, ::testing::ContainsRegex(
+                           "hang report 1: step 5: 2/3 ranks waiting in allreduce #[0-9]+; rank 2 "
+                           "on node-b at step 5 for [0-9]+ s in user code"))
+      << reports;
+}
+
 TEST(InitMultiproc, MissingRankIsNamedWithinTheTimeout) {
   uint16_t port = slurmddp::support::free_loopback_port();
   std::vector<std::unique_ptr<Process>> ranks;
