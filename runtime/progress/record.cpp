@@ -56,7 +56,10 @@ std::optional<Record> decode(const std::string& text, std::string* why) {
     if (name == "rank" || name == "step" || name == "seq" || name == "since_ms") {
       const auto v = parse_int(value);
       if (!v) {
-        if (why != nullptr) *why = "field " + name + "='" + value + "' is not an integer";
+        if (why != nullptr) {
+          *why = "field " + name;
+          why->append("='").append(value).append("' is not an integer");
+        }
         return std::nullopt;
       }
       if (name == "rank") {
@@ -71,7 +74,10 @@ std::optional<Record> decode(const std::string& text, std::string* why) {
       }
     } else if (name == "phase") {
       if (value != "user" && value != "collective") {
-        if (why != nullptr) *why = "field phase='" + value + "': expected user or collective";
+        if (why != nullptr) {
+          *why = "field phase='" + value;
+          why->append("': expected user or collective");
+        }
         return std::nullopt;
       }
       r.phase = value == "collective" ? Phase::kCollective : Phase::kUser;
