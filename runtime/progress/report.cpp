@@ -28,15 +28,19 @@ T most_common(const std::vector<T>& values, T otherwise) {
   return best;
 }
 
+std::string op_name(const Record& r) {
+  return r.seq < 0 ? r.op : r.op + " #" + std::to_string(r.seq);
+}
+
 std::string describe(int rank, const std::optional<Record>& r, int64_t now_ms) {
   std::string out = "rank " + std::to_string(rank);
   if (!r) return out + ": no record (it never reported)";
   out += " on " + (r->node.empty() ? std::string("?") : r->node);
   const std::string step = " at step " + std::to_string(r->step + 1);
-  const std::string in = r->phase == Phase::kCollective
-                             ? " in " + r->op + " #" + std::to_string(r->seq) +
-                                   (r->where.empty() ? "" : " (" + r->where + ")")
-                             : (r->where.empty() ? " in user code" : " in " + r->where);
+  const std::string in =
+      r->phase == Phase::kCollective
+          ? " in " + op_name(*r) + (r->where.empty() ? "" : " (" + r->where + ")")
+          : (r->where.empty() ? " in user code" : " in " + r->where);
   if (!r->fresh) {
     return out + " did not answer; last seen" + step + in + ", " + seconds(now_ms - r->since_ms) +
            " ago";
@@ -44,42 +48,49 @@ std::string describe(int rank, const std::optional<Record>& r, int64_t now_ms) {
   return out + step + " for " + seconds(now_ms - r->since_ms) + in;
 }
 
+// Where a rank is, for grouping: a collective by name and number (its
+// location aside: ranks call it from different lines), user code by line.
+std::tuple<int, std::string, int64_t> place(const Record& r) {
+  if (r.phase == Phase::kCollective) return {0, r.op, r.seq};
+  return {1, r.where, 0};
+}
+
 }  // namespace
 
-std::string hang_report(const std::vector<std::optional<Record>>& by_rank, int64_t now_ms) {
+std::string hang_report(const std::vector<std::optional<Record>>& by_rank, int64_t now_ms,
+                        std::vector<int>* listed) {
   const int n = static_cast<int>(by_rank.size());
-  // The largest group of answering ranks in one collective.
-  std::map<std::pair<std::string, int64_t>, std::vector<int>> groups;
+  // The largest group of answering ranks at one place (a collective first on a tie).
+  std::map<std::tuple<int, std::string, int64_t>, std::vector<int>> groups;
   for (int r = 0; r < n; ++r) {
     const auto& rec = by_rank[static_cast<size_t>(r)];
-    if (rec && rec->fresh && rec->phase == Phase::kCollective) {
-      groups[{rec->op, rec->seq}].push_back(r);
-    }
+    if (rec && rec->fresh) groups[place(*rec)].push_back(r);
   }
-  const std::vector<int>* waiting = nullptr;
-  std::pair<std::string, int64_t> key;
+  const std::vector<int>* largest = nullptr;
   for (const auto& [k, ranks] : groups) {
-    if (waiting == nullptr || ranks.size() > waiting->size()) {
-      waiting = &ranks;
-      key = k;
-    }
+    if (largest == nullptr || ranks.size() > largest->size()) largest = &ranks;
   }
   std::string out;
   std::vector<bool> summarized(static_cast<size_t>(n), false);
-  if (waiting != nullptr) {
+  if (largest != nullptr) {
     std::vector<int64_t> steps;
     std::vector<std::string> wheres;
-    for (int r : *waiting) {
+    for (int r : *largest) {
       summarized[static_cast<size_t>(r)] = true;
       steps.push_back(by_rank[static_cast<size_t>(r)]->step + 1);
       wheres.push_back(by_rank[static_cast<size_t>(r)]->where);
     }
+    const Record& first = *by_rank[static_cast<size_t>(largest->front())];
     const std::string where = most_common(wheres, std::string());
     out = "step " + std::to_string(most_common(steps, int64_t{0})) + ": " +
-          std::to_string(waiting->size()) + "/" + std::to_string(n) + " ranks waiting in " +
-          key.first + " #" + std::to_string(key.second) + (where.empty() ? "" : " (" + where + ")");
+          std::to_string(largest->size()) + "/" + std::to_string(n) + " ranks ";
+    if (first.phase == Phase::kCollective) {
+      out += "waiting in " + op_name(first) + (where.empty() ? "" : " (" + where + ")");
+    } else {
+      out += where.empty() ? "in user code" : "at " + where;
+    }
   } else {
-    out = std::to_string(n) + " ranks, none in a collective";
+    out = "no rank of " + std::to_string(n) + " answered";
   }
   // The others, most suspect first.
   const auto order = [&](int r) {
@@ -94,6 +105,7 @@ std::string hang_report(const std::vector<std::optional<Record>>& by_rank, int64
   std::stable_sort(others.begin(), others.end(), [&](int a, int b) { return order(a) < order(b); });
   for (size_t i = 0; i < others.size() && i < kListedRanks; ++i) {
     out += "; " + describe(others[i], by_rank[static_cast<size_t>(others[i])], now_ms);
+    if (listed != nullptr) listed->push_back(others[i]);
   }
   if (others.size() > kListedRanks) {
     out += "; and " + std::to_string(others.size() - kListedRanks) + " more ranks";

@@ -3,6 +3,7 @@
 
 #include "common/log.h"
 #include "progress/report.h"
+#include "progress/report_signal.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::progress {
@@ -27,9 +28,11 @@ int64_t wall_ms() {
 }
 
 void Tracker::step_done(int64_t step) {
+  const int64_t now = wall_ms();
+  step_ms_.store(now, std::memory_order_relaxed);
   step_.store(step, std::memory_order_relaxed);
   if (op_.load(std::memory_order_relaxed) == nullptr) {
-    since_ms_.store(wall_ms(), std::memory_order_relaxed);
+    since_ms_.store(now, std::memory_order_relaxed);
   }
 }
 
@@ -64,8 +67,13 @@ bool Tracker::in_collective_longer_than(std::chrono::milliseconds t) const {
          wall_ms() - since_ms_.load(std::memory_order_relaxed) > t.count();
 }
 
+bool Tracker::step_stalled_longer_than(std::chrono::milliseconds t) const {
+  return step_.load(std::memory_order_relaxed) >= 0 &&
+         wall_ms() - step_ms_.load(std::memory_order_relaxed) > t.count();
+}
+
 Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker)
-    : o_(std::move(options)), tracker_(std::move(tracker)) {
+    : o_(std::move(options)), tracker_(std::move(tracker)), signals_seen_(report_requests()) {
   if (!o_.print) {
     o_.print = [](const std::string& report) { SLURMDDP_LOG_WARN(kComponent, report); };
   }
@@ -87,8 +95,7 @@ std::string Watchdog::key(int64_t round, const std::string& name) const {
 
 void Watchdog::answer(int64_t round) {
   Record r = tracker_->snapshot(o_.rank, o_.node);
-  if (o_.where) r.where = o_.where();
-  if (o_.stacks) r.stack = o_.stacks();
+  if (o_.describe) o_.describe(r, true);
   o_.store->set(key(round, std::to_string(o_.rank)), bytes(encode(r)));
 }
 
@@ -121,7 +128,17 @@ void Watchdog::report(int64_t round) {
     if (last) last->fresh = false;
     records[static_cast<size_t>(r)] = last;
   }
-  o_.print("hang report " + std::to_string(round + 1) + ": " + hang_report(records, wall_ms()));
+  // One line, then the stacks of the ranks it names one by one.
+  std::vector<int> listed;
+  const std::string name = "hang report " + std::to_string(round + 1);
+  std::string out = name + ": " + hang_report(records, wall_ms(), &listed);
+  for (int r : listed) {
+    const auto& rec = records[static_cast<size_t>(r)];
+    if (!rec || rec->stack.empty()) continue;
+    out += "\n" + name + ": rank " + std::to_string(r) + " on " + rec->node + ":\n" + rec->stack;
+    if (out.back() == '\n') out.pop_back();
+  }
+  o_.print(out);
   printed_.fetch_add(1);
 }
 
@@ -139,13 +156,18 @@ void Watchdog::run() {
       const auto now = std::chrono::steady_clock::now();
       if (now - last_beat >= o_.heartbeat) {
         Record r = tracker_->snapshot(o_.rank, o_.node);
-        if (o_.where) r.where = o_.where();
+        if (o_.describe) o_.describe(r, false);
         o_.store->set(o_.scope + "/progress/" + std::to_string(o_.rank), bytes(encode(r)));
         last_beat = now;
       }
       const std::string request = key(round, "request");
-      if (requested_.exchange(false) ||
-          (now >= next_auto && tracker_->in_collective_longer_than(o_.hang_after))) {
+      const uint64_t signals = report_requests();
+      const bool signalled = signals != signals_seen_;
+      signals_seen_ = signals;
+      const bool stalled =
+          tracker_->in_collective_longer_than(o_.hang_after) ||
+          (o_.on_stalled_step && tracker_->step_stalled_longer_than(o_.hang_after));
+      if (requested_.exchange(false) || signalled || (now >= next_auto && stalled)) {
         o_.store->compare_set(request, {}, bytes(std::to_string(o_.rank)));
       }
       if (!o_.store->check({request})) continue;

@@ -16,6 +16,13 @@
 //   each watchdog at most every heartbeat period), and prints the report.
 //   The next round starts after it, so a hang that goes on is reported again
 //   at most once per hang_after.
+//
+//   What makes a rank ask: one of its collectives waiting longer than
+//   hang_after (the C++ runtime, which marks its collectives), or, with
+//   `on_stalled_step`, no step_done() for longer than hang_after (PyTorch,
+//   whose collectives slurm-ddp does not see), or a request on demand:
+//   request(), or the report signal (Note [Report signal]) reaching the
+//   process since the last poll.
 #pragma once
 
 #include <atomic>
@@ -41,12 +48,15 @@ class Tracker {
   // For the watchdog: the phase and since when (ms since the epoch).
   Record snapshot(int rank, const std::string& node) const;
   bool in_collective_longer_than(std::chrono::milliseconds t) const;
+  // A step was done, and none since for longer than `t`.
+  bool step_stalled_longer_than(std::chrono::milliseconds t) const;
 
  private:
   std::atomic<int64_t> step_{-1};
   std::atomic<const char*> op_{nullptr};  // non-null: in a collective
   std::atomic<int64_t> seq_{-1};
   std::atomic<int64_t> since_ms_{0};
+  std::atomic<int64_t> step_ms_{0};  // when step_ was set
 };
 
 int64_t wall_ms();
@@ -61,12 +71,15 @@ struct WatchdogOptions {
   std::chrono::milliseconds poll{std::chrono::seconds(5)};
   std::chrono::milliseconds heartbeat{std::chrono::seconds(60)};
   std::chrono::milliseconds gather{std::chrono::seconds(5)};
+  // Also ask when no step was done for longer than hang_after.
+  bool on_stalled_step = false;
   // Where the report goes (default: the log at warn).
   std::function<void(const std::string&)> print;
-  // This rank's stacks for its answer (Python sets it); may be empty.
-  std::function<std::string()> stacks;
-  // Where this rank is in its own code, when it knows ("train.py:61").
-  std::function<std::string()> where;
+  // Adds what only the program knows to this rank's record, from the
+  // watchdog's thread: `where` ("train.py:61 (next(loader))"), the phase
+  // when the tracker does not know it, and with `full` (an answer, not a
+  // heartbeat) `stack`, every thread's. May be empty; must not throw.
+  std::function<void(Record& record, bool full)> describe;
 };
 
 class Watchdog {
@@ -90,6 +103,7 @@ class Watchdog {
   WatchdogOptions o_;
   std::shared_ptr<Tracker> tracker_;
   std::atomic<bool> requested_{false};
+  uint64_t signals_seen_;  // report_requests() at the last poll
   std::atomic<int> printed_{0};
   std::mutex mu_;
   std::condition_variable cv_;

@@ -107,12 +107,42 @@ TEST(HangReport, RanksWithoutARecordAreNamedAndLongListsAreCounted) {
   EXPECT_THAT(report, HasSubstr("; and 10 more ranks"));
 }
 
-TEST(HangReport, NobodyInACollectiveListsWhereEachRankIs) {
-  std::vector<std::optional<Record>> ranks = {in_user_code(0, "n1", 4, "a.py:1", 2'000),
-                                              in_user_code(1, "n1", 4, "", 3'000)};
+// PyTorch's ranks: no sequence numbers, and the place is the line of code.
+TEST(HangReport, WithoutCollectivesTheRanksAtOneLineAreTheSummary) {
+  std::vector<std::optional<Record>> ranks(4);
+  for (int r = 0; r < 4; ++r) {
+    ranks[static_cast<size_t>(r)] =
+        in_user_code(r, r < 2 ? "n1" : "n2", 41, "train.py:88 (loss.backward())", 30'000);
+  }
+  ranks[3] = in_user_code(3, "n2", 40, "train.py:61 (batch = next(loader))", 95'000);
+  std::vector<int> listed;
+  EXPECT_EQ(hang_report(ranks, kNow, &listed),
+            "step 42: 3/4 ranks at train.py:88 (loss.backward()); rank 3 on n2 at step 41 for "
+            "95 s in train.py:61 (batch = next(loader))");
+  EXPECT_EQ(listed, std::vector<int>{3});
+}
+
+TEST(HangReport, ACollectiveWithoutASequenceNumberIsNamedAlone) {
+  std::vector<std::optional<Record>> ranks(3);
+  for (int r = 0; r < 3; ++r) {
+    ranks[static_cast<size_t>(r)] = in_collective(r, "n1", 6, -1, "train.py:90 (dist.barrier())");
+  }
+  ranks[2]->op = "broadcast";
+  ranks[2]->where = "train.py:95 (dist.broadcast(t, 0))";
   EXPECT_EQ(hang_report(ranks, kNow),
-            "2 ranks, none in a collective; rank 0 on n1 at step 5 for 2 s in a.py:1; rank 1 on "
-            "n1 at step 5 for 3 s in user code");
+            "step 7: 2/3 ranks waiting in all_reduce (train.py:90 (dist.barrier())); rank 2 on n1 "
+            "at step 7 for 40 s in broadcast (train.py:95 (dist.broadcast(t, 0)))");
+}
+
+TEST(HangReport, OnATieACollectiveIsTheSummaryAndNoAnswerSaysSo) {
+  std::vector<std::optional<Record>> ranks = {in_user_code(0, "n1", 4, "a.py:1", 2'000),
+                                              in_collective(1, "n1", 4, 3, "")};
+  EXPECT_EQ(hang_report(ranks, kNow),
+            "step 5: 1/2 ranks waiting in all_reduce #3; rank 0 on n1 at step 5 for 2 s in a.py:1");
+  std::vector<std::optional<Record>> silent(2);
+  EXPECT_EQ(hang_report(silent, kNow),
+            "no rank of 2 answered; rank 0: no record (it never reported); rank 1: no record (it "
+            "never reported)");
 }
 
 }  // namespace

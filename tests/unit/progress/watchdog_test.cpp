@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "progress/report_signal.h"
 
 namespace slurmddp::progress {
 namespace {
@@ -68,7 +71,10 @@ TEST(Watchdog, ACollectiveWaitingTooLongGetsOneReportNamingTheRankInUserCode) {
     WatchdogOptions o = options(store, r, 4, out);
     if (r == 3) {
       k.tracker->step_done(10);  // still loading step 11's batch
-      o.where = [] { return std::string("train.py:61 (next(loader))"); };
+      o.describe = [](Record& rec, bool full) {
+        rec.where = "train.py:61 (next(loader))";
+        if (full) rec.stack = "  File \"train.py\", line 61 in main\n";
+      };
     } else {
       k.tracker->step_done(11);
       k.tracker->enter("all_reduce", 7);
@@ -79,7 +85,9 @@ TEST(Watchdog, ACollectiveWaitingTooLongGetsOneReportNamingTheRankInUserCode) {
   ASSERT_EQ(printed.size(), 1u);
   EXPECT_THAT(printed[0], HasSubstr("hang report 1: step 12: 3/4 ranks waiting in all_reduce #7; "
                                     "rank 3 on n2 at step 11 for "));
-  EXPECT_THAT(printed[0], HasSubstr(" in train.py:61 (next(loader))"));
+  EXPECT_THAT(printed[0], HasSubstr(" in train.py:61 (next(loader))\n"
+                                    "hang report 1: rank 3 on n2:\n"
+                                    "  File \"train.py\", line 61 in main"));
   // Once stopped: each round's report was printed once, by one rank.
   for (auto& k : ranks) k.watchdog.reset();
   std::set<std::string> rounds;
@@ -128,10 +136,50 @@ TEST(Watchdog, OnDemandEveryRankIsListedAndNothingIsReportedUnasked) {
   ranks[1].watchdog->request();
   const auto printed = out.wait_for(1);
   ASSERT_EQ(printed.size(), 1u);
-  EXPECT_THAT(printed[0], HasSubstr("hang report 1: 2 ranks, none in a collective; rank 0 on n1 at "
-                                    "step 3 for "));
+  EXPECT_THAT(printed[0], HasSubstr("hang report 1: step 3: 2/2 ranks in user code"));
   EXPECT_EQ(ranks[1].watchdog->printed(), 1);
   EXPECT_EQ(ranks[0].watchdog->printed(), 0);
+}
+
+// PyTorch's ranks: no collectives marked, a step that does not end is the hang.
+TEST(Watchdog, WithStalledStepsAStepThatDoesNotEndGetsAReport) {
+  auto store = make_in_process_store();
+  Printed out;
+  std::vector<Rank> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    auto& k = ranks[static_cast<size_t>(r)];
+    k.tracker->step_done(r == 0 ? 8 : 7);
+    WatchdogOptions o = options(store, r, 2, out);
+    o.on_stalled_step = true;
+    o.describe = [r](Record& rec, bool) {
+      rec.where = r == 0 ? "train.py:88 (loss.backward())" : "train.py:61 (next(loader))";
+    };
+    k.watchdog = std::make_unique<Watchdog>(o, k.tracker);
+  }
+  const auto printed = out.wait_for(1);
+  ASSERT_EQ(printed.size(), 1u);
+  // One rank at each line: the tie goes to the first line in order.
+  EXPECT_THAT(printed[0], HasSubstr("hang report 1: step 8: 1/2 ranks at train.py:61 "
+                                    "(next(loader)); rank 0 on n1 at step 9 for "));
+  EXPECT_THAT(printed[0], HasSubstr(" in train.py:88 (loss.backward())"));
+}
+
+TEST(Watchdog, TheReportSignalAsksForAReportAndTheProgramGoesOn) {
+  auto store = make_in_process_store();
+  Printed out;
+  ReportSignal handler(SIGURG);
+  std::vector<Rank> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    auto& k = ranks[static_cast<size_t>(r)];
+    k.tracker->step_done(3);
+    WatchdogOptions o = options(store, r, 2, out);
+    o.hang_after = std::chrono::hours(1);
+    k.watchdog = std::make_unique<Watchdog>(o, k.tracker);
+  }
+  ASSERT_EQ(raise(SIGURG), 0);
+  const auto printed = out.wait_for(1);
+  ASSERT_EQ(printed.size(), 1u);
+  EXPECT_THAT(printed[0], HasSubstr("hang report 1: step 4: 2/2 ranks in user code"));
 }
 
 }  // namespace
