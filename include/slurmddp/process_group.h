@@ -64,12 +64,15 @@ class ProcessGroup {
   // does not leave while others still use it. The destructor does not block
   // on other ranks.
   virtual void shutdown() = 0;
-  // Tells the hang report which training step this rank has completed (one
-  // atomic store: call it every step). When a collective of the group waits
-  // longer than SLURMDDP_HANG_AFTER (default: half the timeout; 0: off), one
-  // rank prints where every rank is, e.g. "hang report 1: step 1234: 7/8 ranks
-  // waiting in allreduce #5123; rank 5 on n2 at step 1233 for 312 s in user
-  // code" (Note [Progress records]). Gloo backend.
+  // Tells the hang report which training step this rank has completed (two
+  // relaxed atomic stores: call it every step). When a collective of the
+  // group waits longer than SLURMDDP_HANG_AFTER (Gloo; with NCCL and MPI: a
+  // step that does not end within it; default half the timeout, at most 5
+  // minutes; 0: never), or when the report signal reaches the process
+  // (SLURMDDP_REPORT_SIGNAL, default SIGURG: `scancel --signal=URG <job>`),
+  // one rank prints where every rank is, e.g. "hang report 1: step 1234: 7/8
+  // ranks waiting in allreduce #5123; rank 5 on n2 at step 1233 for 312 s in
+  // user code" (Note [Progress records]), and training goes on.
   virtual void step_done(int64_t step) { (void)step; }
 };
 

@@ -12,8 +12,8 @@
 #include "group/node_gpus.h"
 #include "group/open_files.h"
 #include "group/rendezvous_store.h"
+#include "group/watch.h"
 #include "membership/membership.h"
-#include "progress/watchdog.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp_config.h"
@@ -53,14 +53,16 @@ class Group : public ProcessGroup {
  public:
   Group(ProcessIdentity id, std::shared_ptr<Store> store, std::shared_ptr<Communicator> comm,
         std::chrono::milliseconds timeout, Bootstrap bootstrap,
-        std::shared_ptr<progress::Tracker> tracker, std::unique_ptr<progress::Watchdog> watchdog)
+        std::shared_ptr<progress::Tracker> tracker, std::unique_ptr<progress::Watchdog> watchdog,
+        std::unique_ptr<progress::ReportSignal> report_signal)
       : id_(std::move(id)),
         store_(std::move(store)),
         comm_(std::move(comm)),
         timeout_(timeout),
         bootstrap_(bootstrap),
         tracker_(std::move(tracker)),
-        watchdog_(std::move(watchdog)) {}
+        watchdog_(std::move(watchdog)),
+        report_signal_(std::move(report_signal)) {}
   ~Group() override {
     watchdog_.reset();  // first: it reads the tracker and uses the store
     comm_.reset();      // before the store (unless shared elsewhere): it may still use the store
@@ -87,34 +89,9 @@ class Group : public ProcessGroup {
   Bootstrap bootstrap_;
   std::shared_ptr<progress::Tracker> tracker_;
   std::unique_ptr<progress::Watchdog> watchdog_;
+  std::unique_ptr<progress::ReportSignal> report_signal_;
   bool shut_down_ = false;
 };
-
-// Note [Progress records]: the hang report's watchdog for a Gloo group, after
-// SLURMDDP_HANG_AFTER (default: half the timeout; "0": none).
-std::unique_ptr<progress::Watchdog> make_watchdog(const ProcessIdentity& id,
-                                                  const std::shared_ptr<Store>& store,
-                                                  const membership::Membership& group,
-                                                  const std::shared_ptr<progress::Tracker>& tracker,
-                                                  std::chrono::milliseconds timeout) {
-  std::chrono::milliseconds after = timeout / 2;
-  if (const char* v = std::getenv("SLURMDDP_HANG_AFTER"); v != nullptr && *v != '\0') {
-    after = parse_duration("SLURMDDP_HANG_AFTER", v);
-  }
-  if (after.count() <= 0 || !store || id.world_size < 2) return nullptr;
-  progress::WatchdogOptions o;
-  o.store = store;
-  o.scope = group.scope();
-  o.rank = id.rank;
-  o.size = id.world_size;
-  o.node = locality_from_environment(id).node;
-  o.hang_after = after;
-  o.poll =
-      std::min(std::chrono::milliseconds(5000), std::max(after / 4, std::chrono::milliseconds(50)));
-  // Every rank sees the request within one poll: the asker waits two.
-  o.gather = std::min(std::chrono::milliseconds(5000), 2 * o.poll + std::chrono::milliseconds(500));
-  return std::make_unique<progress::Watchdog>(std::move(o), tracker);
-}
 
 // Note [One join]
 //   init() joins the group once (membership/membership.h): every rank records
@@ -464,14 +441,22 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
   settle_device(id, choice, physical, *group);
   auto tracker = std::make_shared<progress::Tracker>();
   auto comm = make_communicator(choice.backend, id, store, group, timeout, tracker);
-  auto watchdog = choice.backend == Backend::kGloo
-                      ? make_watchdog(id, store, *group, tracker, timeout)
-                      : nullptr;
+  // Note [Progress records]: Gloo marks its collectives in the tracker.
+  WatchRequest watch_request;
+  watch_request.store = store;
+  watch_request.scope = group->scope();
+  watch_request.rank = id.rank;
+  watch_request.size = id.world_size;
+  watch_request.node = locality_from_environment(id).node;
+  watch_request.timeout = timeout;
+  watch_request.marks_collectives = choice.backend == Backend::kGloo;
+  Watch watch = make_watch(watch_request, tracker);
   SLURMDDP_LOG_DEBUG(kComponent, "ready in " << ms_since(started) << " ms: store " << store_ms
                                              << " ms, join " << join_ms << " ms, communicator "
                                              << ms_since(started) - store_ms - join_ms << " ms");
   return std::make_unique<Group>(std::move(id), std::move(store), std::move(comm), timeout,
-                                 bootstrap, std::move(tracker), std::move(watchdog));
+                                 bootstrap, std::move(tracker), std::move(watch.watchdog),
+                                 std::move(watch.signal));
 }
 
 }  // namespace slurmddp

@@ -4,15 +4,17 @@
 // (G: the entry of the task's GPU list that init() settled on, or "none")
 // and exits 1 (with the reason on stderr) when a result is wrong.
 //   runtime_probe [--expect-world N] [--steps N]
-//                 [--fault kill|stop|sleep|kill-in-store --fault-rank R --fault-step S]
-//                 [--sleep-seconds N]
+//                 [--fault kill|stop|sleep|report|kill-in-store --fault-rank R --fault-step S]
+//                 [--sleep-seconds N] [--step-ms N]
 // --steps runs N more allreduces after the checks (a training loop; each rank
 // prints "runtime rank=R training" when it starts it). --fault makes rank R
 // SIGKILL or SIGSTOP itself before step S, for fault injection; with
 // kill-in-store every rank enters a store barrier at step S and rank R dies
 // just before it (the others then wait on the store it hosted, if R is 0).
 // --fault sleep makes rank R sleep --sleep-seconds in its "user code" before
-// step S (the others wait in the allreduce: a hang report's case).
+// step S (the others wait in the allreduce: a hang report's case); --fault
+// report makes rank R raise the report signal (SIGURG, Note [Report signal])
+// and go on. --step-ms: each step also computes (sleeps) that long.
 // The fault line carries at_ms, and a rank that fails prints, after its
 // process group is gone (rank 0: its store's server too), "runtime rank=R
 // exit_ms=M": both CLOCK_MONOTONIC, one clock for every node of the test
@@ -34,7 +36,8 @@
 using slurmddp::support::monotonic_ms;
 
 int main(int argc, char** argv) {
-  int expect_world = -1, steps = 0, fault_rank = -1, fault_step = -1, sleep_seconds = 0;
+  int expect_world = -1, steps = 0, fault_rank = -1, fault_step = -1, sleep_seconds = 0,
+      step_ms = 0;
   std::string fault;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
@@ -50,6 +53,8 @@ int main(int argc, char** argv) {
       fault_step = std::atoi(v.c_str());
     } else if (k == "--sleep-seconds") {
       sleep_seconds = std::atoi(v.c_str());
+    } else if (k == "--step-ms") {
+      step_ms = std::atoi(v.c_str());
     } else {
       std::fprintf(stderr, "runtime_probe: unknown option %s\n", k.c_str());
       return 2;
@@ -109,6 +114,8 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         if (fault == "sleep") {
           sleep(static_cast<unsigned>(sleep_seconds));  // a slow data loader, say
+        } else if (fault == "report") {
+          raise(SIGURG);  // as `scancel --signal=URG` does
         } else {
           raise(fault == "stop" ? SIGSTOP : SIGKILL);
         }
@@ -116,6 +123,7 @@ int main(int argc, char** argv) {
       if (fault == "kill-in-store" && step == fault_step) {
         slurmddp::store_barrier(*pg->store(), "probe/step", id.rank, w, pg->timeout());
       }
+      if (step_ms > 0) usleep(static_cast<useconds_t>(step_ms) * 1000);  // the step's compute
       for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(id.rank + step);
       comm.allreduce(grads.data(), grads.size(), slurmddp::DataType::kFloat32,
                      slurmddp::ReduceOp::kAvg)

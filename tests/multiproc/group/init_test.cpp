@@ -156,10 +156,12 @@ TEST(InitMultiproc, WorldSizesOneToFour) {
 // Note [Progress records]: one rank stuck in its own code (a slow data
 // loader) while the others wait in an allreduce: one rank prints where
 // everyone is, and training goes on once it wakes.
-std::unique_ptr<Process> start_training(int r, int world, uint16_t port) {
-  std::vector<std::string> argv{probe(), "--steps",         "10", "--fault",
-                                "sleep", "--fault-rank",    "2",  "--fault-step",
-                                "5",     "--sleep-seconds", "4"};
+std::unique_ptr<Process> start_training(int r, int world, uint16_t port,
+                                        std::vector<std::string> fault = {
+                                            "--steps", "10", "--fault", "sleep", "--fault-rank",
+                                            "2", "--fault-step", "5", "--sleep-seconds", "4"}) {
+  std::vector<std::string> argv{probe()};
+  argv.insert(argv.end(), fault.begin(), fault.end());
   std::map<std::string, std::string> env{{"RANK", std::to_string(r)},
                                          {"WORLD_SIZE", std::to_string(world)},
                                          {"LOCAL_RANK", std::to_string(r)},
@@ -192,6 +194,28 @@ TEST(InitMultiproc, ARankStuckInItsOwnCodeIsNamedByTheHangReport) {
                            "hang report 1: step 5: 2/3 ranks waiting in allreduce #[0-9]+; rank 2 "
                            "on node-b at step 5 for [0-9]+ s in user code"))
       << reports;
+}
+
+// Note [Report signal]: a report on demand while nothing hangs; the training
+// goes on (100 steps of 50 ms; the report takes about two polls of 0.5 s).
+TEST(InitMultiproc, TheReportSignalPrintsWhereEveryRankIsAndTrainingGoesOn) {
+  uint16_t port = slurmddp::support::free_loopback_port();
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.push_back(start_training(r, 3, port,
+                                   {"--steps", "100", "--step-ms", "50", "--fault", "report",
+                                    "--fault-rank", "1", "--fault-step", "5"}));
+  }
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(ranks[r]->wait(60s), 0) << ranks[r]->stderr_text();
+  }
+  // The rank that received the signal asked, and printed the only report.
+  EXPECT_THAT(ranks[1]->stderr_text(),
+              ::testing::ContainsRegex("hang report 1: step [0-9]+: [1-3]/3 ranks (in user "
+                                       "code|waiting in allreduce #[0-9]+)"))
+      << ranks[1]->stderr_text();
+  EXPECT_THAT(ranks[0]->stderr_text() + ranks[2]->stderr_text(),
+              ::testing::Not(HasSubstr("hang report")));
 }
 
 TEST(InitMultiproc, MissingRankIsNamedWithinTheTimeout) {
