@@ -1,6 +1,6 @@
 """Type stubs of slurmddp._core, the extension module (see its docstrings)."""
 import builtins
-from typing import List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import numpy.typing
@@ -110,7 +110,31 @@ class Rendezvous:
     def timeout_ms(self) -> int: ...
     @property
     def identity(self) -> str: ...
+    @property
+    def node(self) -> str: ...
 
 def rendezvous(
     rank: int = ..., world_size: int = ..., timeout_ms: Optional[int] = ...
 ) -> Rendezvous: ...
+
+class Watch:
+    def __init__(
+        self,
+        store: Store,
+        rank: int,
+        world_size: int,
+        node: str,
+        scope: str,
+        timeout_ms: int,
+        describe: Optional[Callable[[bool], Tuple[str, str, str]]] = ...,
+        hang_after_ms: Optional[int] = ...,
+    ) -> None: ...
+    def step_done(self, step: int) -> None: ...
+    def request(self) -> None: ...
+    @property
+    def active(self) -> bool: ...
+    @property
+    def signal(self) -> int: ...
+    @property
+    def printed(self) -> int: ...
+    def close(self) -> None: ...

@@ -12,4 +12,5 @@ PYBIND11_MODULE(_core, m) {
   slurmddp::python::bind_errors(m);
   slurmddp::python::bind_sampler(m);
   slurmddp::python::bind_store(m);
+  slurmddp::python::bind_progress(m);
 }

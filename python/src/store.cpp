@@ -28,12 +28,6 @@ namespace {
 
 using Millis = std::chrono::milliseconds;
 
-// What Python holds: the store, and what to call it in messages.
-struct PyStore {
-  std::shared_ptr<Store> store;
-  std::string endpoint;
-};
-
 Bytes to_bytes(const py::handle& v, const char* what) {
   if (py::isinstance<py::bytes>(v) || py::isinstance<py::bytearray>(v) ||
       py::isinstance<py::memoryview>(v)) {
@@ -238,7 +232,10 @@ all interfaces (port 0: a free one; see Store.endpoint).)doc");
       .def_property_readonly("authenticated",
                              [](const Rendezvous& r) { return !r.id.token.empty(); })
       .def_property_readonly("timeout_ms", [](const Rendezvous& r) { return r.timeout_ms; })
-      .def_property_readonly("identity", [](const Rendezvous& r) { return r.id.describe(); });
+      .def_property_readonly("identity", [](const Rendezvous& r) { return r.id.describe(); })
+      .def_property_readonly(
+          "node", [](const Rendezvous& r) { return locality_from_environment(r.id).node; },
+          "This rank's node, as the hang report names it.");
 
   m.def("rendezvous", &rendezvous, py::arg("rank") = -1, py::arg("world_size") = -1,
         py::arg("timeout_ms") = py::none(), py::call_guard<py::gil_scoped_release>(),

@@ -1,0 +1,56 @@
+"""One rank of the hang report tests (slurmddp.torch.Progress): a training
+loop of argv[2] steps of one all_reduce, over init_method="slurmddp://", then
+what argv[1] says:
+  loader   rank 2's data loader takes argv[3] seconds before step 5
+  signal   each step computes 50 ms; rank 1 receives the report signal
+           (SIGURG, as `scancel --signal=URG` sends it) before step 5
+Prints "rank R done steps=N printed=P" at the end.
+"""
+import os
+import signal
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import slurmddp.torch
+
+
+def batches(rank, slow_seconds):
+    step = 0
+    while True:
+        if rank == 2 and step == 5 and slow_seconds > 0:
+            time.sleep(slow_seconds)  # a slow disk, say
+        yield torch.full((4,), float(rank + step))
+        step += 1
+
+
+def main():
+    mode, steps = sys.argv[1], int(sys.argv[2])
+    slow = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    dist.init_process_group("gloo", init_method="slurmddp://", timeout=timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    progress = slurmddp.torch.Progress()
+    loader = batches(rank, slow if mode == "loader" else 0.0)
+    for step in range(steps):
+        if mode == "signal":
+            if rank == 1 and step == 5:
+                os.kill(os.getpid(), signal.SIGURG)
+            time.sleep(0.05)  # the step's compute
+        t = next(loader)
+        dist.all_reduce(t)
+        want = sum(r + step for r in range(world))
+        if t[0].item() != want:
+            print(f"rank {rank} step {step}: got {t[0].item()}, want {want}", file=sys.stderr)
+            sys.exit(1)
+        progress.step_done(step)
+    print(f"rank {rank} done steps={steps} printed={progress.reports_printed}", flush=True)
+    progress.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

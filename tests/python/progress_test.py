@@ -1,0 +1,48 @@
+"""slurmddp.torch.Progress (Note [Progress records]) with real torch: ranks
+as processes on loopback over init_method="slurmddp://" and torch's Gloo
+group. The report's text is asserted: rank, line of code, collective."""
+import re
+import unittest
+
+import support
+
+
+def run(mode, steps, *args, **env):
+    port = support.free_port()
+    procs = support.start_ranks("progress_rank.py", range(3), 3, port, [mode, steps, *args], **env)
+    return support.finish(procs)
+
+
+class HangReport(unittest.TestCase):
+    def test_a_slow_data_loader_is_named_with_its_line_and_stack(self):
+        out = run("loader", 10, 4, SLURMDDP_HANG_AFTER="1s")
+        for r, (code, stdout, stderr) in out.items():
+            self.assertEqual(code, 0, stderr)
+            self.assertIn(f"rank {r} done steps=10", stdout)
+        stderr = "".join(e for _, _, e in out.values())
+        # The others wait in step 5's all_reduce; rank 2 is in its loader.
+        self.assertRegex(
+            stderr,
+            r"hang report 1: step 5: 2/3 ranks waiting in all_reduce \(progress_rank\.py:\d+ "
+            r"\(dist\.all_reduce\(t\)\)\); rank 2 on \S+ at step 5 for \d+ s in "
+            r"progress_rank\.py:\d+ \(time\.sleep\(slow_seconds\)\)")
+        # Then rank 2's stacks: its main thread in batches(), called from main().
+        stacks = stderr[stderr.index("hang report 1: rank 2 on "):]
+        self.assertRegex(stacks, r'File ".*progress_rank\.py", line \d+ in batches\n'
+                                 r'  File ".*progress_rank\.py", line \d+ in main')
+        self.assertEqual(len(re.findall(r"hang report 1: step", stderr)), 1, stderr)
+
+    def test_the_report_signal_prints_a_report_and_training_goes_on(self):
+        out = run("signal", 100, SLURMDDP_HANG_AFTER="2s")
+        for r, (code, stdout, stderr) in out.items():
+            self.assertEqual(code, 0, stderr)
+            self.assertIn(f"rank {r} done steps=100", stdout)
+        # The rank the signal reached asked, and printed the only report.
+        self.assertRegex(out[1][2], r"hang report 1: step \d+: [123]/3 ranks ")
+        self.assertIn("rank 1 done steps=100 printed=1", out[1][1])
+        for r in (0, 2):
+            self.assertNotIn("hang report", out[r][2])
+
+
+if __name__ == "__main__":
+    support.main()
