@@ -1,6 +1,9 @@
 // Note [Hang requests] in watchdog.h.
 #include "progress/watchdog.h"
 
+#include <condition_variable>
+#include <mutex>
+
 #include "common/log.h"
 #include "progress/report.h"
 #include "progress/report_signal.h"
@@ -72,34 +75,75 @@ bool Tracker::step_stalled_longer_than(std::chrono::milliseconds t) const {
          wall_ms() - step_ms_.load(std::memory_order_relaxed) > t.count();
 }
 
-Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker)
-    : o_(std::move(options)), tracker_(std::move(tracker)), signals_seen_(report_requests()) {
-  if (!o_.print) {
-    o_.print = [](const std::string& report) { SLURMDDP_LOG_WARN(kComponent, report); };
+struct Watchdog::Loop {
+  Loop(WatchdogOptions options, std::shared_ptr<Tracker> tracker)
+      : o_(std::move(options)), tracker_(std::move(tracker)), signals_seen_(report_requests()) {}
+  void run();
+  void answer(int64_t round);
+  void report(int64_t round);
+  std::string key(int64_t round, const std::string& name) const;
+  bool stopping() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stop_;
   }
-  thread_ = std::thread([this] { run(); });
+
+  WatchdogOptions o_;
+  std::shared_ptr<Tracker> tracker_;
+  std::atomic<bool> requested_{false};
+  uint64_t signals_seen_;  // report_requests() at the last poll
+  std::atomic<int> printed_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool done_ = false;  // run() returned
+};
+
+Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker) {
+  if (!options.print) {
+    options.print = [](const std::string& report) { SLURMDDP_LOG_WARN(kComponent, report); };
+  }
+  loop_ = std::make_shared<Loop>(std::move(options), std::move(tracker));
+  thread_ = std::thread([loop = loop_] {
+    loop->run();
+    std::lock_guard<std::mutex> lock(loop->mu_);
+    loop->done_ = true;
+    loop->cv_.notify_all();
+  });
 }
 
 Watchdog::~Watchdog() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+  std::unique_lock<std::mutex> lock(loop_->mu_);
+  loop_->stop_ = true;
+  loop_->cv_.notify_all();
+  if (loop_->cv_.wait_for(lock, kStopWait, [this] { return loop_->done_; })) {
+    lock.unlock();
+    thread_.join();
+  } else {
+    lock.unlock();
+    SLURMDDP_LOG_DEBUG(kComponent, "the watchdog is inside a store call; it ends on its own");
+    thread_.detach();
   }
-  cv_.notify_all();
-  thread_.join();
 }
 
-std::string Watchdog::key(int64_t round, const std::string& name) const {
+void Watchdog::request() {
+  loop_->requested_.store(true);
+}
+
+int Watchdog::printed() const {
+  return loop_->printed_.load();
+}
+
+std::string Watchdog::Loop::key(int64_t round, const std::string& name) const {
   return o_.scope + "/hang/" + std::to_string(round) + "/" + name;
 }
 
-void Watchdog::answer(int64_t round) {
+void Watchdog::Loop::answer(int64_t round) {
   Record r = tracker_->snapshot(o_.rank, o_.node);
-  if (o_.describe) o_.describe(r, true);
+  if (o_.describe && !stopping()) o_.describe(r, true);
   o_.store->set(key(round, std::to_string(o_.rank)), bytes(encode(r)));
 }
 
-void Watchdog::report(int64_t round) {
+void Watchdog::Loop::report(int64_t round) {
   const auto until = std::chrono::steady_clock::now() + o_.gather;
   std::vector<std::optional<Record>> records(static_cast<size_t>(o_.size));
   std::vector<bool> answered(static_cast<size_t>(o_.size), false);
@@ -138,13 +182,16 @@ void Watchdog::report(int64_t round) {
     out += "\n" + name + ": rank " + std::to_string(r) + " on " + rec->node + ":\n" + rec->stack;
     if (out.back() == '\n') out.pop_back();
   }
+  if (stopping()) return;  // the program may be gone (~Watchdog)
   o_.print(out);
   printed_.fetch_add(1);
 }
 
-void Watchdog::run() {
+void Watchdog::Loop::run() {
   int64_t round = 0;
-  auto last_beat = std::chrono::steady_clock::now();  // the first beat after one period
+  // The first beat at the first poll: a rank stopped early is still named
+  // with its node and step; then one every heartbeat period.
+  auto last_beat = std::chrono::steady_clock::now() - o_.heartbeat;
   // A hang that goes on is reported again at most once per hang_after.
   auto next_auto = std::chrono::steady_clock::now();
   for (;;) {
@@ -156,7 +203,7 @@ void Watchdog::run() {
       const auto now = std::chrono::steady_clock::now();
       if (now - last_beat >= o_.heartbeat) {
         Record r = tracker_->snapshot(o_.rank, o_.node);
-        if (o_.describe) o_.describe(r, false);
+        if (o_.describe && !stopping()) o_.describe(r, false);
         o_.store->set(o_.scope + "/progress/" + std::to_string(o_.rank), bytes(encode(r)));
         last_beat = now;
       }

@@ -13,7 +13,8 @@
 //   Answering costs one write; the asking rank waits up to `gather` for the
 //   answers, reads them (O(N), once per report), names the ranks that did not
 //   answer from their last heartbeat ("<scope>/progress/<rank>", written by
-//   each watchdog at most every heartbeat period), and prints the report.
+//   each watchdog at its first poll and then every heartbeat period), and
+//   prints the report.
 //   The next round starts after it, so a hang that goes on is reported again
 //   at most once per hang_after.
 //
@@ -27,10 +28,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -85,29 +84,24 @@ struct WatchdogOptions {
 class Watchdog {
  public:
   Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker);
-  ~Watchdog();  // stops and joins the thread (at once: it sleeps on a local timer)
+  // Stops the thread and joins it; a thread still inside a store call after
+  // kStopWait (a store host that stopped answering) is left to finish on
+  // its own, so that a group's teardown never waits on a peer: it owns what
+  // it uses and touches nothing of the program once stopped.
+  ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
+  static constexpr std::chrono::milliseconds kStopWait{200};
+
   // Ask for a report now (e.g. from a signal's thread); taken at the next poll.
-  void request() { requested_.store(true); }
+  void request();
   // Reports this rank printed, for tests.
-  int printed() const { return printed_.load(); }
+  int printed() const;
 
  private:
-  void run();
-  void answer(int64_t round);
-  void report(int64_t round);
-  std::string key(int64_t round, const std::string& name) const;
-
-  WatchdogOptions o_;
-  std::shared_ptr<Tracker> tracker_;
-  std::atomic<bool> requested_{false};
-  uint64_t signals_seen_;  // report_requests() at the last poll
-  std::atomic<int> printed_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  struct Loop;
+  std::shared_ptr<Loop> loop_;
   std::thread thread_;
 };
 

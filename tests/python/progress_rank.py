@@ -4,10 +4,13 @@ what argv[1] says:
   loader   rank 2's data loader takes argv[3] seconds before step 5
   signal   each step computes 50 ms; rank 1 receives the report signal
            (SIGURG, as `scancel --signal=URG` sends it) before step 5
-Prints "rank R done steps=N printed=P" at the end.
+  compute  each step computes 20 ms (the signal comes from outside)
+Prints "rank R training" when the loop starts and "rank R done steps=N
+printed=P host=H" at the end.
 """
 import os
 import signal
+import socket
 import sys
 import time
 from datetime import timedelta
@@ -34,11 +37,14 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     progress = slurmddp.torch.Progress()
     loader = batches(rank, slow if mode == "loader" else 0.0)
+    print(f"rank {rank} training", flush=True)
     for step in range(steps):
         if mode == "signal":
             if rank == 1 and step == 5:
                 os.kill(os.getpid(), signal.SIGURG)
             time.sleep(0.05)  # the step's compute
+        elif mode == "compute":
+            time.sleep(0.02)
         t = next(loader)
         dist.all_reduce(t)
         want = sum(r + step for r in range(world))
@@ -46,7 +52,8 @@ def main():
             print(f"rank {rank} step {step}: got {t[0].item()}, want {want}", file=sys.stderr)
             sys.exit(1)
         progress.step_done(step)
-    print(f"rank {rank} done steps={steps} printed={progress.reports_printed}", flush=True)
+    print(f"rank {rank} done steps={steps} printed={progress.reports_printed} "
+          f"host={socket.gethostname()}", flush=True)
     progress.close()
     dist.barrier()
     dist.destroy_process_group()

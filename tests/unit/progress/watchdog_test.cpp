@@ -182,5 +182,52 @@ TEST(Watchdog, TheReportSignalAsksForAReportAndTheProgramGoesOn) {
   EXPECT_THAT(printed[0], HasSubstr("hang report 1: step 4: 2/2 ranks in user code"));
 }
 
+// A store whose host stopped answering: every call blocks until released.
+class FrozenStore : public Store {
+ public:
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  void set(const std::string&, const Bytes&) override { block(); }
+  Bytes get(const std::string&, Millis) override { return block(), Bytes{}; }
+  int64_t add(const std::string&, int64_t) override { return block(), 0; }
+  Bytes compare_set(const std::string&, const Bytes&, const Bytes&) override {
+    return block(), Bytes{};
+  }
+  void wait(const std::vector<std::string>&, Millis) override { block(); }
+  bool check(const std::vector<std::string>&) override { return block(), false; }
+  bool erase(const std::string&) override { return block(), false; }
+  std::atomic<int> calls{0};
+
+ private:
+  void block() {
+    ++calls;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return released_; });
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+// issue: the teardown never waits on a peer that no longer answers.
+TEST(Watchdog, ATeardownDoesNotWaitForAStoreThatStoppedAnswering) {
+  auto store = std::make_shared<FrozenStore>();
+  Printed out;
+  auto tracker = std::make_shared<Tracker>();
+  auto watchdog = std::make_unique<Watchdog>(options(store, 1, 2, out), tracker);
+  // The first poll's heartbeat is inside the frozen store.
+  while (store->calls.load() == 0) std::this_thread::yield();
+  const auto started = std::chrono::steady_clock::now();
+  watchdog.reset();
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_LT(took, Watchdog::kStopWait + 300ms);
+  EXPECT_GE(took, Watchdog::kStopWait);
+  store->release();  // the thread, left alone, ends on its own
+  EXPECT_TRUE(out.wait_for(0, 0ms).empty());
+}
+
 }  // namespace
 }  // namespace slurmddp::progress
