@@ -41,7 +41,12 @@ struct PyWatch {
     watch.watchdog.reset();
     watch.signal.reset();
   }
-  ~PyWatch() { close(); }
+  ~PyWatch() {
+    try {
+      close();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): nothing to tell at destruction
+    }
+  }
 };
 
 // describe(full) -> (where, op, stack), called on the watchdog's thread. A
@@ -71,7 +76,7 @@ void bind_progress(py::module_& m) {
   py::class_<PyWatch>(m, "Watch", R"doc(
 The hang report's watchdog for this rank (slurmddp.torch.Progress wraps it).)doc")
       .def(py::init([](const PyStore& store, int rank, int world_size, const std::string& node,
-                       const std::string& scope, int64_t timeout_ms, py::object describe,
+                       const std::string& scope, int64_t timeout_ms, const py::object& describe,
                        std::optional<int64_t> hang_after_ms) {
              if (world_size < 1 || rank < 0 || rank >= world_size) {
                throw InvalidArgument("Watch: rank=" + std::to_string(rank) +
