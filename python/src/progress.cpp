@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -70,55 +72,81 @@ void call_describe(PyObject* fn, progress::Record& record, bool full) {
   }
 }
 
+// The tracker keeps an operation's name as a pointer that must outlive it:
+// Python's names are kept here, one copy each.
+const char* interned(const std::string& name) {
+  static std::mutex mu;
+  static std::set<std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  return names.insert(name).first->c_str();
+}
+
 }  // namespace
 
 void bind_progress(py::module_& m) {
   py::class_<PyWatch>(m, "Watch", R"doc(
 The hang report's watchdog for this rank (slurmddp.torch.Progress wraps it).)doc")
-      .def(py::init([](const PyStore& store, int rank, int world_size, const std::string& node,
-                       const std::string& scope, int64_t timeout_ms, const py::object& describe,
-                       std::optional<int64_t> hang_after_ms) {
-             if (world_size < 1 || rank < 0 || rank >= world_size) {
-               throw InvalidArgument("Watch: rank=" + std::to_string(rank) +
-                                     " world_size=" + std::to_string(world_size) +
-                                     "; expected 0 <= rank < world_size");
-             }
-             if (timeout_ms <= 0) {
-               throw InvalidArgument("Watch: timeout_ms=" + std::to_string(timeout_ms) +
-                                     "; expected a positive timeout");
-             }
-             auto w = std::make_unique<PyWatch>();
-             WatchRequest r;
-             r.store = store.store;
-             r.scope = scope;
-             r.rank = rank;
-             r.size = world_size;
-             r.node = node;
-             r.timeout = std::chrono::milliseconds(timeout_ms);
-             r.marks_collectives = false;
-             if (hang_after_ms) {
-               if (*hang_after_ms < 0) {
-                 throw InvalidArgument("Watch: hang_after_ms=" + std::to_string(*hang_after_ms) +
-                                       "; expected 0 (never) or more");
-               }
-               r.hang_after = std::chrono::milliseconds(*hang_after_ms);
-             }
-             if (!describe.is_none()) {
-               w->describe = describe;
-               PyObject* fn = w->describe.ptr();
-               r.describe = [fn](progress::Record& rec, bool full) {
-                 call_describe(fn, rec, full);
-               };
-             }
-             w->watch = make_watch(r, w->tracker);
-             return w;
-           }),
-           py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("node"),
-           py::arg("scope"), py::arg("timeout_ms"), py::arg("describe") = py::none(),
-           py::arg("hang_after_ms") = py::none())
+      .def(
+          py::init([](const PyStore& store, int rank, int world_size, const std::string& node,
+                      const std::string& scope, int64_t timeout_ms, const py::object& describe,
+                      std::optional<int64_t> hang_after_ms,
+                      std::optional<int64_t> straggler_every) {
+            if (world_size < 1 || rank < 0 || rank >= world_size) {
+              throw InvalidArgument("Watch: rank=" + std::to_string(rank) +
+                                    " world_size=" + std::to_string(world_size) +
+                                    "; expected 0 <= rank < world_size");
+            }
+            if (timeout_ms <= 0) {
+              throw InvalidArgument("Watch: timeout_ms=" + std::to_string(timeout_ms) +
+                                    "; expected a positive timeout");
+            }
+            auto w = std::make_unique<PyWatch>();
+            WatchRequest r;
+            r.store = store.store;
+            r.scope = scope;
+            r.rank = rank;
+            r.size = world_size;
+            r.node = node;
+            r.timeout = std::chrono::milliseconds(timeout_ms);
+            r.marks_collectives = false;
+            if (hang_after_ms) {
+              if (*hang_after_ms < 0) {
+                throw InvalidArgument("Watch: hang_after_ms=" + std::to_string(*hang_after_ms) +
+                                      "; expected 0 (never) or more");
+              }
+              r.hang_after = std::chrono::milliseconds(*hang_after_ms);
+            }
+            if (straggler_every) {
+              if (*straggler_every < 0) {
+                throw InvalidArgument("Watch: straggler_every=" + std::to_string(*straggler_every) +
+                                      "; expected a number of steps, or 0 for no report");
+              }
+              r.straggler_every = *straggler_every;
+            }
+            if (!describe.is_none()) {
+              w->describe = describe;
+              PyObject* fn = w->describe.ptr();
+              r.describe = [fn](progress::Record& rec, bool full) { call_describe(fn, rec, full); };
+            }
+            w->watch = make_watch(r, w->tracker);
+            return w;
+          }),
+          py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("node"),
+          py::arg("scope"), py::arg("timeout_ms"), py::arg("describe") = py::none(),
+          py::arg("hang_after_ms") = py::none(), py::arg("straggler_every") = py::none())
       .def(
           "step_done", [](PyWatch& w, int64_t step) { w.tracker->step_done(step); },
           py::arg("step"), "This rank completed training step `step`.")
+      .def(
+          "data_enter", [](PyWatch& w) { w.tracker->data_enter(); },
+          "The training waits for data from now (Note [Straggler windows]).")
+      .def(
+          "data_leave", [](PyWatch& w) { w.tracker->data_leave(); }, "The data has come.")
+      .def(
+          "enter", [](PyWatch& w, const std::string& op) { w.tracker->enter(interned(op), -1); },
+          py::arg("op"), "This rank waits in collective `op` from now.")
+      .def(
+          "leave", [](PyWatch& w) { w.tracker->leave(); }, "The collective is done.")
       .def(
           "request",
           [](PyWatch& w) {

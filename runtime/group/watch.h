@@ -28,6 +28,8 @@ struct WatchRequest {
   bool marks_collectives = false;
   // When set, the threshold (0: never) instead of SLURMDDP_HANG_AFTER's.
   std::optional<std::chrono::milliseconds> hang_after;
+  // When set, instead of SLURMDDP_STRAGGLER_EVERY (steps; 0: no report).
+  std::optional<int64_t> straggler_every;
   std::function<void(progress::Record&, bool)> describe;
   std::function<void(const std::string&)> print;  // default: the log at warn
 };
@@ -41,7 +43,10 @@ struct Watch {
 
 // It asks on its own after SLURMDDP_HANG_AFTER (default: half the timeout,
 // at most 5 minutes; "0": never), and on the report signal (Note [Report
-// signal]). Throws InvalidArgument naming the variable for a bad value.
+// signal]); every SLURMDDP_STRAGGLER_EVERY steps (default 0: never) rank 0
+// names the ranks over SLURMDDP_STRAGGLER_RATIO (default 1.5) times the
+// median (Note [Straggler windows]). Throws InvalidArgument naming the
+// variable for a bad value.
 Watch make_watch(const WatchRequest& request, const std::shared_ptr<progress::Tracker>& tracker);
 
 }  // namespace slurmddp

@@ -30,6 +30,12 @@ int64_t wall_ms() {
       .count();
 }
 
+int64_t steady_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 void Tracker::step_done(int64_t step) {
   const int64_t now = wall_ms();
   step_ms_.store(now, std::memory_order_relaxed);
@@ -37,17 +43,84 @@ void Tracker::step_done(int64_t step) {
   if (op_.load(std::memory_order_relaxed) == nullptr) {
     since_ms_.store(now, std::memory_order_relaxed);
   }
+  const int64_t every = every_.load(std::memory_order_relaxed);
+  if (every <= 0) return;
+  const int64_t now_us = steady_us();
+  if (window_first_ < 0) {  // the first window starts after the first step done
+    window_first_ = step + 1;
+    window_start_us_ = now_us;
+    wait_us_.store(0, std::memory_order_relaxed);
+    data_us_.store(0, std::memory_order_relaxed);
+    longest_wait_us_.store(0, std::memory_order_relaxed);
+    return;
+  }
+  if (step + 1 - window_first_ < every) return;
+  Window w;
+  w.first_step = window_first_;
+  w.steps = step + 1 - window_first_;
+  w.step_us = now_us - window_start_us_;
+  w.wait_us = wait_us_.exchange(0, std::memory_order_relaxed);
+  w.data_us = data_us_.exchange(0, std::memory_order_relaxed);
+  longest_wait_us_.store(0, std::memory_order_relaxed);
+  const char* op = longest_op_.exchange(nullptr, std::memory_order_relaxed);
+  if (op != nullptr) w.op = op;
+  window_first_ = step + 1;
+  window_start_us_ = now_us;
+  std::function<void()> notify;
+  {
+    std::lock_guard<std::mutex> lock(window_mu_);
+    pending_ = std::move(w);
+    notify = on_window_;
+  }
+  if (notify) notify();
 }
 
 void Tracker::enter(const char* op, int64_t seq) {
   seq_.store(seq, std::memory_order_relaxed);
   since_ms_.store(wall_ms(), std::memory_order_relaxed);
+  if (every_.load(std::memory_order_relaxed) > 0) {
+    collective_since_us_.store(steady_us(), std::memory_order_relaxed);
+  }
   op_.store(op, std::memory_order_release);
 }
 
 void Tracker::leave() {
-  op_.store(nullptr, std::memory_order_release);
+  const char* op = op_.exchange(nullptr, std::memory_order_acq_rel);
   since_ms_.store(wall_ms(), std::memory_order_relaxed);
+  if (every_.load(std::memory_order_relaxed) > 0 && op != nullptr) {
+    const int64_t took = steady_us() - collective_since_us_.load(std::memory_order_relaxed);
+    wait_us_.fetch_add(took, std::memory_order_relaxed);
+    if (took > longest_wait_us_.load(std::memory_order_relaxed)) {
+      longest_wait_us_.store(took, std::memory_order_relaxed);
+      longest_op_.store(op, std::memory_order_relaxed);
+    }
+  }
+}
+
+void Tracker::data_enter() {
+  if (every_.load(std::memory_order_relaxed) > 0) {
+    data_since_us_.store(steady_us(), std::memory_order_relaxed);
+  }
+}
+
+void Tracker::data_leave() {
+  const int64_t since = data_since_us_.exchange(0, std::memory_order_relaxed);
+  if (since > 0) data_us_.fetch_add(steady_us() - since, std::memory_order_relaxed);
+}
+
+void Tracker::set_window(int64_t every, std::function<void()> on_window) {
+  {
+    std::lock_guard<std::mutex> lock(window_mu_);
+    on_window_ = std::move(on_window);
+  }
+  every_.store(every, std::memory_order_relaxed);
+}
+
+std::optional<Window> Tracker::take_window() {
+  std::lock_guard<std::mutex> lock(window_mu_);
+  std::optional<Window> w = std::move(pending_);
+  pending_.reset();
+  return w;
 }
 
 Record Tracker::snapshot(int rank, const std::string& node) const {
@@ -81,6 +154,7 @@ struct Watchdog::Loop {
   void run();
   void answer(int64_t round);
   void report(int64_t round);
+  void publish_window();
   std::string key(int64_t round, const std::string& name) const;
   bool stopping() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -95,7 +169,8 @@ struct Watchdog::Loop {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  bool done_ = false;  // run() returned
+  bool done_ = false;          // run() returned
+  bool window_ready_ = false;  // the tracker ended a straggler window
 };
 
 Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker) {
@@ -103,6 +178,16 @@ Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker) {
     options.print = [](const std::string& report) { SLURMDDP_LOG_WARN(kComponent, report); };
   }
   loop_ = std::make_shared<Loop>(std::move(options), std::move(tracker));
+  if (loop_->o_.straggler_every > 0) {
+    std::weak_ptr<Loop> weak = loop_;
+    loop_->tracker_->set_window(loop_->o_.straggler_every, [weak] {
+      if (auto loop = weak.lock()) {
+        std::lock_guard<std::mutex> lock(loop->mu_);
+        loop->window_ready_ = true;
+        loop->cv_.notify_all();
+      }
+    });
+  }
   thread_ = std::thread([loop = loop_] {
     loop->run();
     std::lock_guard<std::mutex> lock(loop->mu_);
@@ -112,6 +197,7 @@ Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker) {
 }
 
 Watchdog::~Watchdog() {
+  if (loop_->o_.straggler_every > 0) loop_->tracker_->set_window(0, nullptr);
   std::unique_lock<std::mutex> lock(loop_->mu_);
   loop_->stop_ = true;
   loop_->cv_.notify_all();
@@ -187,6 +273,40 @@ void Watchdog::Loop::report(int64_t round) {
   printed_.fetch_add(1);
 }
 
+// Note [Straggler windows]: this rank's line, and at rank 0 the report.
+void Watchdog::Loop::publish_window() {
+  std::optional<Window> mine = tracker_->take_window();
+  if (!mine) return;
+  mine->rank = o_.rank;
+  mine->node = o_.node;
+  const auto key_of = [this](int r) { return o_.scope + "/straggler/" + std::to_string(r); };
+  o_.store->set(key_of(o_.rank), bytes(encode(*mine)));
+  if (o_.rank != 0) return;
+  // The others end the same window within about a step: wait for them up
+  // to `gather`, then report on those that did.
+  const auto until = std::chrono::steady_clock::now() + o_.gather;
+  std::vector<std::optional<Window>> windows(static_cast<size_t>(o_.size));
+  windows[0] = mine;
+  int missing = o_.size - 1;
+  while (missing > 0) {
+    for (int r = 1; r < o_.size; ++r) {
+      auto& w = windows[static_cast<size_t>(r)];
+      if (w || !o_.store->check({key_of(r)})) continue;
+      auto got = decode_window(text(o_.store->get(key_of(r), std::chrono::milliseconds(0))));
+      if (got && got->first_step == mine->first_step) {
+        w = got;
+        --missing;
+      }
+    }
+    if (missing == 0 || std::chrono::steady_clock::now() >= until) break;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return stop_; })) return;
+  }
+  const std::string report = straggler_report(windows, o_.straggler_ratio);
+  if (report.empty() || stopping()) return;
+  o_.print(report);
+}
+
 void Watchdog::Loop::run() {
   int64_t round = 0;
   // The first beat at the first poll: a rank stopped early is still named
@@ -194,13 +314,21 @@ void Watchdog::Loop::run() {
   auto last_beat = std::chrono::steady_clock::now() - o_.heartbeat;
   // A hang that goes on is reported again at most once per hang_after.
   auto next_auto = std::chrono::steady_clock::now();
+  auto next_poll = std::chrono::steady_clock::now() + o_.poll;
   for (;;) {
+    bool window = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, o_.poll, [this] { return stop_; })) return;
+      cv_.wait_until(lock, next_poll, [this] { return stop_ || window_ready_; });
+      if (stop_) return;
+      window = window_ready_;
+      window_ready_ = false;
     }
     try {
+      if (window) publish_window();
       const auto now = std::chrono::steady_clock::now();
+      if (now < next_poll) continue;
+      next_poll = now + o_.poll;
       if (now - last_beat >= o_.heartbeat) {
         Record r = tracker_->snapshot(o_.rank, o_.node);
         if (o_.describe && !stopping()) o_.describe(r, false);

@@ -30,20 +30,31 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "progress/record.h"
+#include "progress/straggler.h"
 #include "slurmddp/store.h"
 
 namespace slurmddp::progress {
 
-// What this rank is doing, updated without locks from any thread.
+// What this rank is doing, updated without locks from any thread (but the
+// end of a straggler window, once every `every` steps).
 class Tracker {
  public:
-  void step_done(int64_t step);
+  void step_done(int64_t step);             // from the training thread
   void enter(const char* op, int64_t seq);  // op: a string literal
   void leave();
+  // Waiting for data (Note [Straggler windows]), from the training thread.
+  void data_enter();
+  void data_leave();
+  // Windows of `every` steps (0: none); `on_window` is called (from
+  // step_done) when one ends, and take_window() then returns it, once.
+  void set_window(int64_t every, std::function<void()> on_window);
+  std::optional<Window> take_window();
   // For the watchdog: the phase and since when (ms since the epoch).
   Record snapshot(int rank, const std::string& node) const;
   bool in_collective_longer_than(std::chrono::milliseconds t) const;
@@ -56,6 +67,19 @@ class Tracker {
   std::atomic<int64_t> seq_{-1};
   std::atomic<int64_t> since_ms_{0};
   std::atomic<int64_t> step_ms_{0};  // when step_ was set
+  // Note [Straggler windows]: microseconds this window.
+  std::atomic<int64_t> every_{0};
+  std::atomic<int64_t> wait_us_{0};
+  std::atomic<int64_t> data_us_{0};
+  std::atomic<int64_t> data_since_us_{0};
+  std::atomic<int64_t> collective_since_us_{0};
+  std::atomic<int64_t> longest_wait_us_{0};
+  std::atomic<const char*> longest_op_{nullptr};
+  int64_t window_first_ = -1;  // training thread only
+  int64_t window_start_us_ = 0;
+  std::mutex window_mu_;
+  std::optional<Window> pending_;
+  std::function<void()> on_window_;
 };
 
 int64_t wall_ms();
@@ -72,6 +96,10 @@ struct WatchdogOptions {
   std::chrono::milliseconds gather{std::chrono::seconds(5)};
   // Also ask when no step was done for longer than hang_after.
   bool on_stalled_step = false;
+  // Note [Straggler windows]: every this many steps (0: never), rank 0
+  // names the ranks over `straggler_ratio` times the median.
+  int64_t straggler_every = 0;
+  double straggler_ratio = 1.5;
   // Where the report goes (default: the log at warn).
   std::function<void(const std::string&)> print;
   // Adds what only the program knows to this rank's record, from the

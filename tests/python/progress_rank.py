@@ -5,6 +5,8 @@ what argv[1] says:
   signal   each step computes 50 ms; rank 1 receives the report signal
            (SIGURG, as `scancel --signal=URG` sends it) before step 5
   compute  each step computes 20 ms (the signal comes from outside)
+  straggler  every batch of rank 1 takes 30 ms to load; the data goes
+           through progress.loader and the all_reduce is marked waiting
 Prints "rank R training" when the loop starts and "rank R done steps=N
 printed=P host=H" at the end.
 """
@@ -21,11 +23,13 @@ import torch.distributed as dist
 import slurmddp.torch
 
 
-def batches(rank, slow_seconds):
+def batches(rank, slow_seconds, every_batch=0.0):
     step = 0
     while True:
         if rank == 2 and step == 5 and slow_seconds > 0:
             time.sleep(slow_seconds)  # a slow disk, say
+        if every_batch > 0:
+            time.sleep(every_batch)
         yield torch.full((4,), float(rank + step))
         step += 1
 
@@ -37,6 +41,8 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     progress = slurmddp.torch.Progress()
     loader = batches(rank, slow if mode == "loader" else 0.0)
+    if mode == "straggler":
+        loader = progress.loader(batches(rank, 0.0, 0.03 if rank == 1 else 0.0))
     print(f"rank {rank} training", flush=True)
     for step in range(steps):
         if mode == "signal":
@@ -46,7 +52,12 @@ def main():
         elif mode == "compute":
             time.sleep(0.02)
         t = next(loader)
-        dist.all_reduce(t)
+        if mode == "straggler":
+            time.sleep(0.005)  # compute
+            with progress.waiting("all_reduce"):
+                dist.all_reduce(t)
+        else:
+            dist.all_reduce(t)
         want = sum(r + step for r in range(world))
         if t[0].item() != want:
             print(f"rank {rank} step {step}: got {t[0].item()}, want {want}", file=sys.stderr)

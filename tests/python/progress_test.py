@@ -43,6 +43,18 @@ class HangReport(unittest.TestCase):
         for r in (0, 2):
             self.assertNotIn("hang report", out[r][2])
 
+    def test_a_rank_slow_to_load_its_data_is_named_as_a_straggler(self):
+        out = run("straggler", 41, SLURMDDP_STRAGGLER_EVERY="20")
+        for r, (code, stdout, stderr) in out.items():
+            self.assertEqual(code, 0, stderr)
+        # Rank 0 reports; the last window's report may not make it before exit.
+        self.assertRegex(
+            out[0][2],
+            r"straggler report, steps 1-20: rank 1 on \S+: [0-9.]+x the median \(data 3[0-9.]+ vs "
+            r"[0-9.]+ ms a step\) for 20 steps; the others wait for it in all_reduce \(median "
+            r"[0-9.]+ ms a step\)")
+        self.assertNotIn("straggler report", out[1][2] + out[2][2])
+
 
 if __name__ == "__main__":
     support.main()

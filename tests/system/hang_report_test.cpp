@@ -1,7 +1,8 @@
 // The hang report on the real test cluster (Note [Progress records]): a rank
 // slow in its own code, a frozen rank, and the report signal sent with
-// scancel, for the C++ runtime and for PyTorch (slurmddp.torch.Progress); the
-// report's text is asserted: the rank, its node, where it is.
+// scancel, for the C++ runtime and for PyTorch (slurmddp.torch.Progress); and
+// the straggler report (Note [Straggler windows]). The reports' text is
+// asserted: the rank, its node, where it is.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -187,6 +188,40 @@ TEST(HangReport, PyTorchScancelWithTheReportSignalPrintsOneReport) {
   EXPECT_EQ(captures(out, R"((hang report \d+): step)"), std::set<std::string>{"hang report 1"})
       << out;
   EXPECT_EQ(captures(out, R"((rank \d done steps=1000))").size(), 4u) << out;
+}
+
+TEST(StragglerReport, CxxASlowRankIsNamedWithItsNode) {
+  REQUIRE_CLUSTER();
+  // Rank 3 (second node) computes 25 ms a step where the others compute 5.
+  Result r = run("SLURMDDP_STRAGGLER_EVERY=20 srun -N 2 -n 4 --ntasks-per-node=2 " + probe() +
+                     " --steps 61 --step-ms 5 --fault slow --fault-rank 3 --slow-ms 20 2>&1",
+                 std::chrono::seconds(120));
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  const auto host = hosts(r.out, "runtime rank=");
+  ASSERT_EQ(host.size(), 4u) << r.out;
+  EXPECT_THAT(r.out, ContainsRegex("straggler report, steps 1-20: rank 3 on " + host.at(3) +
+                                   ": [0-9.]+x the median \\(compute [0-9.]+ vs [0-9.]+ ms a "
+                                   "step\\) for 20 steps; the others wait for it in allreduce"))
+      << r.out;
+  EXPECT_EQ(captures(r.out, R"(straggler report, steps \d+-\d+: (rank \d+ on))"),
+            std::set<std::string>{"rank 3 on"})
+      << r.out;
+}
+
+TEST(StragglerReport, PyTorchARankSlowToLoadItsDataIsNamedWithItsNode) {
+  REQUIRE_CLUSTER();
+  REQUIRE_PACKAGE();
+  // Rank 1's batches take 30 ms each (progress_rank.py straggler).
+  Result r = run(with_package() + "SLURMDDP_STRAGGLER_EVERY=20 srun -N 2 -n 4 " + progress_rank() +
+                     " straggler 41 2>&1",
+                 std::chrono::seconds(180));
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  const auto host = hosts(r.out, "rank ");
+  ASSERT_EQ(host.size(), 4u) << r.out;
+  EXPECT_THAT(r.out, ContainsRegex("straggler report, steps 1-20: rank 1 on " + host.at(1) +
+                                   ": [0-9.]+x the median \\(data 3[0-9.]+ vs [0-9.]+ ms a "
+                                   "step\\) for 20 steps; the others wait for it in all_reduce"))
+      << r.out;
 }
 
 }  // namespace

@@ -4,8 +4,8 @@
 // (G: the entry of the task's GPU list that init() settled on, or "none")
 // and exits 1 (with the reason on stderr) when a result is wrong.
 //   runtime_probe [--expect-world N] [--steps N]
-//                 [--fault kill|stop|sleep|report|kill-in-store --fault-rank R --fault-step S]
-//                 [--sleep-seconds N] [--step-ms N]
+//                 [--fault kill|stop|sleep|report|slow|kill-in-store --fault-rank R
+//                  --fault-step S] [--sleep-seconds N] [--step-ms N] [--slow-ms N]
 // --steps runs N more allreduces after the checks (a training loop; each rank
 // prints "runtime rank=R training" when it starts it). --fault makes rank R
 // SIGKILL or SIGSTOP itself before step S, for fault injection; with
@@ -14,7 +14,8 @@
 // --fault sleep makes rank R sleep --sleep-seconds in its "user code" before
 // step S (the others wait in the allreduce: a hang report's case); --fault
 // report makes rank R raise the report signal (SIGURG, Note [Report signal])
-// and go on. --step-ms: each step also computes (sleeps) that long.
+// and go on; --fault slow makes rank R compute --slow-ms more in every step
+// (a straggler). --step-ms: each step also computes (sleeps) that long.
 // The fault line carries at_ms, and a rank that fails prints, after its
 // process group is gone (rank 0: its store's server too), "runtime rank=R
 // exit_ms=M": both CLOCK_MONOTONIC, one clock for every node of the test
@@ -37,7 +38,7 @@ using slurmddp::support::monotonic_ms;
 
 int main(int argc, char** argv) {
   int expect_world = -1, steps = 0, fault_rank = -1, fault_step = -1, sleep_seconds = 0,
-      step_ms = 0;
+      step_ms = 0, slow_ms = 0;
   std::string fault;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
@@ -55,6 +56,8 @@ int main(int argc, char** argv) {
       sleep_seconds = std::atoi(v.c_str());
     } else if (k == "--step-ms") {
       step_ms = std::atoi(v.c_str());
+    } else if (k == "--slow-ms") {
+      slow_ms = std::atoi(v.c_str());
     } else {
       std::fprintf(stderr, "runtime_probe: unknown option %s\n", k.c_str());
       return 2;
@@ -123,7 +126,8 @@ int main(int argc, char** argv) {
       if (fault == "kill-in-store" && step == fault_step) {
         slurmddp::store_barrier(*pg->store(), "probe/step", id.rank, w, pg->timeout());
       }
-      if (step_ms > 0) usleep(static_cast<useconds_t>(step_ms) * 1000);  // the step's compute
+      const int compute_ms = step_ms + (fault == "slow" && id.rank == fault_rank ? slow_ms : 0);
+      if (compute_ms > 0) usleep(static_cast<useconds_t>(compute_ms) * 1000);  // the step's compute
       for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(id.rank + step);
       comm.allreduce(grads.data(), grads.size(), slurmddp::DataType::kFloat32,
                      slurmddp::ReduceOp::kAvg)

@@ -156,10 +156,11 @@ TEST(InitMultiproc, WorldSizesOneToFour) {
 // Note [Progress records]: one rank stuck in its own code (a slow data
 // loader) while the others wait in an allreduce: one rank prints where
 // everyone is, and training goes on once it wakes.
-std::unique_ptr<Process> start_training(int r, int world, uint16_t port,
-                                        std::vector<std::string> fault = {
-                                            "--steps", "10", "--fault", "sleep", "--fault-rank",
-                                            "2", "--fault-step", "5", "--sleep-seconds", "4"}) {
+std::unique_ptr<Process> start_training(
+    int r, int world, uint16_t port,
+    std::vector<std::string> fault = {"--steps", "10", "--fault", "sleep", "--fault-rank", "2",
+                                      "--fault-step", "5", "--sleep-seconds", "4"},
+    const std::map<std::string, std::string>& more = {}) {
   std::vector<std::string> argv{probe()};
   argv.insert(argv.end(), fault.begin(), fault.end());
   std::map<std::string, std::string> env{{"RANK", std::to_string(r)},
@@ -176,6 +177,7 @@ std::unique_ptr<Process> start_training(int r, int world, uint16_t port,
                                          {"SLURMDDP_STEP", ""},
                                          {"SLURM_JOB_ID", ""},
                                          {"PMIX_RANK", ""}};
+  for (const auto& [k, v] : more) env[k] = v;
   return std::make_unique<Process>(argv, env);
 }
 
@@ -216,6 +218,30 @@ TEST(InitMultiproc, TheReportSignalPrintsWhereEveryRankIsAndTrainingGoesOn) {
       << ranks[1]->stderr_text();
   EXPECT_THAT(ranks[0]->stderr_text() + ranks[2]->stderr_text(),
               ::testing::Not(HasSubstr("hang report")));
+}
+
+// Note [Straggler windows]: rank 2 computes 20 ms a step where the others
+// compute 5; every 20 steps rank 0 names it (the last window's report may
+// not make it before the program ends: the two before it are asserted).
+TEST(InitMultiproc, AStragglerIsNamedWithItsNodeAndWhereTheOthersWait) {
+  uint16_t port = slurmddp::support::free_loopback_port();
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.push_back(start_training(r, 3, port,
+                                   {"--steps", "61", "--step-ms", "5", "--fault", "slow",
+                                    "--fault-rank", "2", "--slow-ms", "15"},
+                                   {{"SLURMDDP_STRAGGLER_EVERY", "20"}}));
+  }
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[r]->wait(60s), 0) << ranks[r]->stderr_text();
+  const std::string report = ranks[0]->stderr_text();
+  EXPECT_THAT(report, ::testing::ContainsRegex(
+                          "straggler report, steps 1-20: rank 2 on node-b: [0-9.]+x the median "
+                          "\\(compute [0-9.]+ vs [0-9.]+ ms a step\\) for 20 steps; the others "
+                          "wait for it in allreduce \\(median [0-9.]+ ms a step\\)"))
+      << report;
+  EXPECT_THAT(report, HasSubstr("straggler report, steps 21-40: rank 2 on node-b"));
+  EXPECT_THAT(report, ::testing::Not(HasSubstr("rank 0 on"))) << report;
+  EXPECT_THAT(report, ::testing::Not(HasSubstr("rank 1 on"))) << report;
 }
 
 TEST(InitMultiproc, MissingRankIsNamedWithinTheTimeout) {

@@ -229,5 +229,42 @@ TEST(Watchdog, ATeardownDoesNotWaitForAStoreThatStoppedAnswering) {
   EXPECT_TRUE(out.wait_for(0, 0ms).empty());
 }
 
+// Note [Straggler windows]: trackers driven by hand, rank 2 the straggler.
+TEST(Watchdog, EveryWindowRankZeroNamesTheStraggler) {
+  auto store = make_in_process_store();
+  Printed out;
+  std::vector<Rank> ranks(3);
+  for (int r = 0; r < 3; ++r) {
+    auto& k = ranks[static_cast<size_t>(r)];
+    WatchdogOptions o = options(store, r, 3, out);
+    o.hang_after = std::chrono::hours(1);
+    o.straggler_every = 10;
+    k.watchdog = std::make_unique<Watchdog>(o, k.tracker);
+  }
+  const auto spin = [](std::chrono::microseconds d) {  // busy: a step's compute
+    const auto until = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  };
+  // One thread plays all three ranks of a synchronous step: 2 ms of compute
+  // everywhere, then 3 ms more on rank 2 while ranks 0 and 1 wait in the
+  // allreduce for it.
+  for (int step = 0; step <= 10; ++step) {
+    spin(2ms);
+    ranks[0].tracker->enter("allreduce", step);
+    ranks[1].tracker->enter("allreduce", step);
+    spin(3ms);
+    ranks[0].tracker->leave();
+    ranks[1].tracker->leave();
+    for (auto& k : ranks) k.tracker->step_done(step);
+  }
+  const auto printed = out.wait_for(1);
+  ASSERT_EQ(printed.size(), 1u);
+  EXPECT_THAT(printed[0], ::testing::MatchesRegex(
+                              "straggler report, steps 1-10: rank 2 on n2: [0-9.]+x the median "
+                              "\\(compute [0-9.]+ vs [0-9.]+ ms a step\\) for 10 steps; the "
+                              "others wait for it in allreduce \\(median [0-9.]+ ms a step\\)"));
+}
+
 }  // namespace
 }  // namespace slurmddp::progress
