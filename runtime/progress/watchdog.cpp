@@ -155,6 +155,10 @@ struct Watchdog::Loop {
   void answer(int64_t round);
   void report(int64_t round);
   void publish_window();
+  // Polls counter `counter` until it reaches `want` or `until`; false when
+  // the watchdog is stopping.
+  bool wait_count(const std::string& counter, int64_t want,
+                  std::chrono::steady_clock::time_point until);
   std::string key(int64_t round, const std::string& name) const;
   bool stopping() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -227,28 +231,30 @@ void Watchdog::Loop::answer(int64_t round) {
   Record r = tracker_->snapshot(o_.rank, o_.node);
   if (o_.describe && !stopping()) o_.describe(r, true);
   o_.store->set(key(round, std::to_string(o_.rank)), bytes(encode(r)));
+  o_.store->add(key(round, "answers"), 1);
+}
+
+bool Watchdog::Loop::wait_count(const std::string& counter, int64_t want,
+                                std::chrono::steady_clock::time_point until) {
+  while (o_.store->add(counter, 0) < want && std::chrono::steady_clock::now() < until) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return stop_; })) return false;
+  }
+  return true;
 }
 
 void Watchdog::Loop::report(int64_t round) {
   const auto until = std::chrono::steady_clock::now() + o_.gather;
   std::vector<std::optional<Record>> records(static_cast<size_t>(o_.size));
   std::vector<bool> answered(static_cast<size_t>(o_.size), false);
-  int missing = o_.size;
-  // Poll the answers until all are in or the gather window ends (one check
-  // of all missing keys at a time).
-  while (missing > 0) {
-    for (int r = 0; r < o_.size; ++r) {
-      if (answered[static_cast<size_t>(r)]) continue;
-      const std::string k = key(round, std::to_string(r));
-      if (!o_.store->check({k})) continue;
-      answered[static_cast<size_t>(r)] = true;
-      --missing;
-      records[static_cast<size_t>(r)] =
-          decode(text(o_.store->get(k, std::chrono::milliseconds(0))));
-    }
-    if (missing == 0 || std::chrono::steady_clock::now() >= until) break;
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) return;
+  // Wait on the answers' counter (one request a poll), then read each
+  // answer once: O(N) requests a report.
+  if (!wait_count(key(round, "answers"), o_.size, until)) return;
+  for (int r = 0; r < o_.size; ++r) {
+    const std::string k = key(round, std::to_string(r));
+    if (!o_.store->check({k})) continue;
+    answered[static_cast<size_t>(r)] = true;
+    records[static_cast<size_t>(r)] = decode(text(o_.store->get(k, std::chrono::milliseconds(0))));
   }
   for (int r = 0; r < o_.size; ++r) {
     if (answered[static_cast<size_t>(r)]) continue;
@@ -280,27 +286,21 @@ void Watchdog::Loop::publish_window() {
   mine->rank = o_.rank;
   mine->node = o_.node;
   const auto key_of = [this](int r) { return o_.scope + "/straggler/" + std::to_string(r); };
+  const std::string counter = o_.scope + "/straggler/count/" + std::to_string(mine->first_step);
   o_.store->set(key_of(o_.rank), bytes(encode(*mine)));
+  o_.store->add(counter, 1);
   if (o_.rank != 0) return;
-  // The others end the same window within about a step: wait for them up
-  // to `gather`, then report on those that did.
+  // The others end the same window within about a step: wait on the
+  // window's counter up to `gather`, then read each line once.
   const auto until = std::chrono::steady_clock::now() + o_.gather;
+  if (!wait_count(counter, o_.size, until)) return;
+  o_.store->erase(counter);
   std::vector<std::optional<Window>> windows(static_cast<size_t>(o_.size));
   windows[0] = mine;
-  int missing = o_.size - 1;
-  while (missing > 0) {
-    for (int r = 1; r < o_.size; ++r) {
-      auto& w = windows[static_cast<size_t>(r)];
-      if (w || !o_.store->check({key_of(r)})) continue;
-      auto got = decode_window(text(o_.store->get(key_of(r), std::chrono::milliseconds(0))));
-      if (got && got->first_step == mine->first_step) {
-        w = got;
-        --missing;
-      }
-    }
-    if (missing == 0 || std::chrono::steady_clock::now() >= until) break;
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return stop_; })) return;
+  for (int r = 1; r < o_.size; ++r) {
+    if (!o_.store->check({key_of(r)})) continue;
+    auto got = decode_window(text(o_.store->get(key_of(r), std::chrono::milliseconds(0))));
+    if (got && got->first_step == mine->first_step) windows[static_cast<size_t>(r)] = got;
   }
   const std::string report = straggler_report(windows, o_.straggler_ratio);
   if (report.empty() || stopping()) return;

@@ -10,11 +10,12 @@
 //   answer. Every watchdog checks for the request once every poll period (a
 //   local timer between checks: one request a rank per period, 5 s by
 //   default: ~800 requests/s at rank 0 for 4,096 ranks, nothing per step).
-//   Answering costs one write; the asking rank waits up to `gather` for the
-//   answers, reads them (O(N), once per report), names the ranks that did not
-//   answer from their last heartbeat ("<scope>/progress/<rank>", written by
-//   each watchdog at its first poll and then every heartbeat period), and
-//   prints the report.
+//   Answering costs two requests (the answer, and a count of answers); the
+//   asking rank polls the count until every rank answered or `gather`
+//   passes, reads each answer once (O(N), once per report), names the ranks
+//   that did not answer from their last heartbeat ("<scope>/progress/<rank>",
+//   written by each watchdog at its first poll and then every heartbeat
+//   period), and prints the report.
 //   The next round starts after it, so a hang that goes on is reported again
 //   at most once per hang_after.
 //
