@@ -111,6 +111,8 @@ def main():
     # slurmddp:// the same, plus SLURMDDP_TOKEN for an authenticated store.
     init_method = "slurmddp://" if ours else "env://"
     dist.init_process_group("nccl" if use_cuda else "gloo", init_method=init_method)
+    # Where every rank is when a step hangs (scancel --signal=URG for one now).
+    progress = slurmddp_torch.Progress() if ours else None
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0:
         if ours:
@@ -179,6 +181,8 @@ def main():
             seen += len(y)
             loss_sum += loss.item() * len(y)
             step += 1
+            if progress is not None:
+                progress.step_done(step)
             if args.log_every and step % args.log_every == 0 and rank == 0:
                 print(f"step {step}", flush=True)
             if args.checkpoint:

@@ -259,6 +259,7 @@ int train_and_report(const Options& o, slurmddp::StopSignal* stop, slurmddp::Pro
       model.sgd_step(static_cast<float>(o.lr), static_cast<float>(o.momentum));
       stats[1] += static_cast<double>(idx.size());
       ++step;
+      pg.step_done(step);  // the hang and straggler reports (SLURMDDP_HANG_AFTER)
       if (o.log_every > 0 && step % o.log_every == 0 && id.rank == 0) {
         std::printf("step %lld\n", static_cast<long long>(step));
         std::fflush(stdout);
