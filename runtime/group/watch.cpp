@@ -75,6 +75,7 @@ Watch make_watch(const WatchRequest& request, const std::shared_ptr<progress::Tr
   o.straggler_every = every;
   o.straggler_ratio = ratio;
   o.describe = request.describe;
+  o.stop_wait = request.stop_wait;
   if (request.print) o.print = request.print;
   if (signal) w.signal = std::make_unique<progress::ReportSignal>(*signal);
   w.watchdog = std::make_unique<progress::Watchdog>(std::move(o), tracker);

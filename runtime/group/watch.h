@@ -32,6 +32,9 @@ struct WatchRequest {
   std::optional<int64_t> straggler_every;
   std::function<void(progress::Record&, bool)> describe;
   std::function<void(const std::string&)> print;  // default: the log at warn
+  // How long the group's teardown waits for the watchdog's thread inside a
+  // store call (Watchdog::~Watchdog).
+  std::chrono::milliseconds stop_wait = progress::Watchdog::kStopWait;
 };
 
 // A watchdog and the report signal's handler; both empty when the group has

@@ -164,6 +164,13 @@ struct Watchdog::Loop {
     std::lock_guard<std::mutex> lock(mu_);
     return stop_;
   }
+  // describe/print, unless stopping: the destructor sets stop_ under
+  // call_mu_ too, so once it did, neither is running nor will start.
+  template <typename F>
+  void call_program(F&& f) {
+    std::lock_guard<std::mutex> lock(call_mu_);
+    if (!stopping()) f();
+  }
 
   WatchdogOptions o_;
   std::shared_ptr<Tracker> tracker_;
@@ -171,6 +178,7 @@ struct Watchdog::Loop {
   uint64_t signals_seen_;  // report_requests() at the last poll
   std::atomic<int> printed_{0};
   std::mutex mu_;
+  std::mutex call_mu_;  // held while the program's describe or print runs
   std::condition_variable cv_;
   bool stop_ = false;
   bool done_ = false;          // run() returned
@@ -202,10 +210,12 @@ Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker) {
 
 Watchdog::~Watchdog() {
   if (loop_->o_.straggler_every > 0) loop_->tracker_->set_window(0, nullptr);
+  std::unique_lock<std::mutex> call(loop_->call_mu_);  // after a describe or print running now
   std::unique_lock<std::mutex> lock(loop_->mu_);
   loop_->stop_ = true;
+  call.unlock();
   loop_->cv_.notify_all();
-  if (loop_->cv_.wait_for(lock, kStopWait, [this] { return loop_->done_; })) {
+  if (loop_->cv_.wait_for(lock, loop_->o_.stop_wait, [this] { return loop_->done_; })) {
     lock.unlock();
     thread_.join();
   } else {
@@ -229,7 +239,7 @@ std::string Watchdog::Loop::key(int64_t round, const std::string& name) const {
 
 void Watchdog::Loop::answer(int64_t round) {
   Record r = tracker_->snapshot(o_.rank, o_.node);
-  if (o_.describe && !stopping()) o_.describe(r, true);
+  if (o_.describe) call_program([&] { o_.describe(r, true); });
   o_.store->set(key(round, std::to_string(o_.rank)), bytes(encode(r)));
   o_.store->add(key(round, "answers"), 1);
 }
@@ -274,9 +284,10 @@ void Watchdog::Loop::report(int64_t round) {
     out += "\n" + name + ": rank " + std::to_string(r) + " on " + rec->node + ":\n" + rec->stack;
     if (out.back() == '\n') out.pop_back();
   }
-  if (stopping()) return;  // the program may be gone (~Watchdog)
-  o_.print(out);
-  printed_.fetch_add(1);
+  call_program([&] {
+    printed_.fetch_add(1);  // before: a reader of the print may ask
+    o_.print(out);
+  });
 }
 
 // Note [Straggler windows]: this rank's line, and at rank 0 the report.
@@ -303,8 +314,7 @@ void Watchdog::Loop::publish_window() {
     if (got && got->first_step == mine->first_step) windows[static_cast<size_t>(r)] = got;
   }
   const std::string report = straggler_report(windows, o_.straggler_ratio);
-  if (report.empty() || stopping()) return;
-  o_.print(report);
+  if (!report.empty()) call_program([&] { o_.print(report); });
 }
 
 void Watchdog::Loop::run() {
@@ -331,7 +341,7 @@ void Watchdog::Loop::run() {
       next_poll = now + o_.poll;
       if (now - last_beat >= o_.heartbeat) {
         Record r = tracker_->snapshot(o_.rank, o_.node);
-        if (o_.describe && !stopping()) o_.describe(r, false);
+        if (o_.describe) call_program([&] { o_.describe(r, false); });
         o_.store->set(o_.scope + "/progress/" + std::to_string(o_.rank), bytes(encode(r)));
         last_beat = now;
       }

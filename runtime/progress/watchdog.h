@@ -108,20 +108,23 @@ struct WatchdogOptions {
   // when the tracker does not know it, and with `full` (an answer, not a
   // heartbeat) `stack`, every thread's. May be empty; must not throw.
   std::function<void(Record& record, bool full)> describe;
+  // How long the destructor waits for the thread (above).
+  std::chrono::milliseconds stop_wait{200};
 };
 
 class Watchdog {
  public:
   Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker);
   // Stops the thread and joins it; a thread still inside a store call after
-  // kStopWait (a store host that stopped answering) is left to finish on
+  // `stop_wait` (a store host that stopped answering) is left to finish on
   // its own, so that a group's teardown never waits on a peer: it owns what
-  // it uses and touches nothing of the program once stopped.
+  // it uses and touches nothing of the program once stopped (describe and
+  // print are never called after the destructor began).
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  static constexpr std::chrono::milliseconds kStopWait{200};
+  static constexpr std::chrono::milliseconds kStopWait{200};  // stop_wait's default
 
   // Ask for a report now (e.g. from a signal's thread); taken at the next poll.
   void request();
