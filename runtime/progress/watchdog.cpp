@@ -1,6 +1,7 @@
 // Note [Hang requests] in watchdog.h.
 #include "progress/watchdog.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 
@@ -322,6 +323,8 @@ void Watchdog::Loop::run() {
   // The first beat at the first poll: a rank stopped early is still named
   // with its node and step; then one every heartbeat period.
   auto last_beat = std::chrono::steady_clock::now() - o_.heartbeat;
+  int64_t beat_step = -2, beat_seq = -2;  // where the last beat was
+  bool beat_in_collective = false;
   // A hang that goes on is reported again at most once per hang_after.
   auto next_auto = std::chrono::steady_clock::now();
   auto next_poll = std::chrono::steady_clock::now() + o_.poll;
@@ -339,11 +342,24 @@ void Watchdog::Loop::run() {
       const auto now = std::chrono::steady_clock::now();
       if (now < next_poll) continue;
       next_poll = now + o_.poll;
-      if (now - last_beat >= o_.heartbeat) {
-        Record r = tracker_->snapshot(o_.rank, o_.node);
+      // A beat every heartbeat period, and one more when this rank has
+      // been in the same collective or step for half the threshold since
+      // its last beat (at most one a wait, and only in waits that long): a
+      // rank that then stops answering is named where it stopped, not where
+      // it was a minute ago.
+      const Record now_at = tracker_->snapshot(o_.rank, o_.node);
+      const bool waiting =
+          wall_ms() - now_at.since_ms >= std::max(o_.poll, o_.hang_after / 2).count();
+      const bool moved = now_at.step != beat_step || now_at.seq != beat_seq ||
+                         (now_at.phase == Phase::kCollective) != beat_in_collective;
+      if (now - last_beat >= o_.heartbeat || (waiting && moved)) {
+        Record r = now_at;
         if (o_.describe) call_program([&] { o_.describe(r, false); });
         o_.store->set(o_.scope + "/progress/" + std::to_string(o_.rank), bytes(encode(r)));
         last_beat = now;
+        beat_step = now_at.step;
+        beat_seq = now_at.seq;
+        beat_in_collective = now_at.phase == Phase::kCollective;
       }
       const std::string request = key(round, "request");
       const uint64_t signals = report_requests();

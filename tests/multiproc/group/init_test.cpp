@@ -7,7 +7,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <csignal>
 #include <memory>
+#include <thread>
 
 #include "loopback_port.h"
 #include "process.h"
@@ -195,6 +197,48 @@ TEST(InitMultiproc, ARankStuckInItsOwnCodeIsNamedByTheHangReport) {
   EXPECT_THAT(reports, ::testing::ContainsRegex(
                            "hang report 1: step 5: 2/3 ranks waiting in allreduce #[0-9]+; rank 2 "
                            "on node-b at step 5 for [0-9]+ s in user code"))
+      << reports;
+}
+
+// Waits (polling its stderr file) until one of `ranks` has logged `text`.
+bool wait_for_log(const std::vector<std::unique_ptr<Process>>& ranks, const std::string& text,
+                  std::chrono::seconds within) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& p : ranks) {
+      if (p->stderr_text().find(text) != std::string::npos) return true;
+    }
+    std::this_thread::sleep_for(20ms);  // polling the log files for the event
+  }
+  return false;
+}
+
+// issue: a rank stopped inside a collective. Ranks 0 and 1 wait in step 5's
+// allreduce for rank 2 (6 s in its own code); after the first report rank 1
+// is stopped (SIGSTOP) where it waits. The next report names it from the
+// beat it wrote in that wait; SIGCONT, and training finishes.
+TEST(InitMultiproc, ARankStoppedInsideACollectiveIsNamedWhereItStopped) {
+  uint16_t port = slurmddp::support::free_loopback_port();
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.push_back(start_training(r, 3, port,
+                                   {"--steps", "10", "--fault", "sleep", "--fault-rank", "2",
+                                    "--fault-step", "5", "--sleep-seconds", "6"}));
+  }
+  ASSERT_TRUE(wait_for_log(ranks, "hang report 1: ", 30s));
+  ranks[1]->signal(SIGSTOP);
+  const bool second = wait_for_log(ranks, "hang report 2: ", 30s);
+  ranks[1]->signal(SIGCONT);
+  ASSERT_TRUE(second);
+  std::string reports;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(ranks[r]->wait(60s), 0) << ranks[r]->stderr_text();
+    reports += ranks[r]->stderr_text();
+  }
+  EXPECT_THAT(reports, ::testing::ContainsRegex(
+                           "hang report 2: step 5: 1/3 ranks (waiting in allreduce #[0-9]+|in user "
+                           "code); rank 1 on node-a did not answer; last seen at step 5 in "
+                           "allreduce #[0-9]+, [0-9]+ s ago"))
       << reports;
 }
 
