@@ -1,7 +1,13 @@
 """slurmddp.torch.Progress (Note [Progress records]) with real torch: ranks
 as processes on loopback over init_method="slurmddp://" and torch's Gloo
 group. The report's text is asserted: rank, line of code, collective."""
+import os
 import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 import unittest
 
 import support
@@ -13,7 +19,56 @@ def run(mode, steps, *args, **env):
     return support.finish(procs)
 
 
+def wait_for_log(paths, text, within):
+    """Polls the ranks' stderr files until one holds `text` (or `within` s pass)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        for p in paths:
+            with open(p, encoding="utf-8", errors="replace") as f:
+                if text in f.read():
+                    return True
+        time.sleep(0.02)  # polling the log files for the event
+    return False
+
+
 class HangReport(unittest.TestCase):
+    def test_a_rank_stopped_inside_a_collective_is_named_where_it_stopped(self):
+        # Ranks 0 and 1 wait in step 5's all_reduce for rank 2 (6 s in its
+        # loader); after the first report rank 1 is stopped where it waits.
+        port = support.free_port()
+        here = os.path.dirname(os.path.abspath(__file__))
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = [os.path.join(tmp, f"rank{r}.err") for r in range(3)]
+            procs = []
+            for r in range(3):
+                with open(paths[r], "w") as err:
+                    procs.append(subprocess.Popen(
+                        [sys.executable, os.path.join(here, "progress_rank.py"), "loader", "10",
+                         "6"], env=support.rank_env(r, 3, port, SLURMDDP_HANG_AFTER="1s"),
+                        stdout=subprocess.DEVNULL, stderr=err))
+            try:
+                self.assertTrue(wait_for_log(paths, "hang report 1: ", 60))
+                procs[1].send_signal(signal.SIGSTOP)
+                second = wait_for_log(paths, "hang report 2: ", 60)
+                procs[1].send_signal(signal.SIGCONT)
+                self.assertTrue(second)
+                codes = [p.wait(timeout=120) for p in procs]
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+            logs = ""
+            for p in paths:
+                with open(p, encoding="utf-8") as f:
+                    logs += f.read()
+        self.assertEqual(codes, [0, 0, 0], logs)
+        self.assertRegex(
+            logs,
+            r"hang report 2: step 5: 1/3 ranks (waiting in all_reduce|at progress_rank).*; rank 1 "
+            r"on \S+ did not answer; last seen at step 5 in all_reduce \(progress_rank\.py:\d+ "
+            r"\(dist\.all_reduce\(t\)\)\), \d+ s ago")
+
     def test_a_slow_data_loader_is_named_with_its_line_and_stack(self):
         out = run("loader", 10, 4, SLURMDDP_HANG_AFTER="1s")
         for r, (code, stdout, stderr) in out.items():
