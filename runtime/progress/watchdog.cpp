@@ -266,6 +266,10 @@ void Watchdog::Loop::report(int64_t round) {
     if (!o_.store->check({k})) continue;
     answered[static_cast<size_t>(r)] = true;
     records[static_cast<size_t>(r)] = decode(text(o_.store->get(k, std::chrono::milliseconds(0))));
+    // Answers carry stacks (kilobytes a rank in Python): read once, they go.
+    // The round's request stays: a rank that has not polled yet still
+    // needs it to keep its rounds in step.
+    o_.store->erase(k);
   }
   for (int r = 0; r < o_.size; ++r) {
     if (answered[static_cast<size_t>(r)]) continue;

@@ -88,6 +88,10 @@ TEST(Watchdog, ACollectiveWaitingTooLongGetsOneReportNamingTheRankInUserCode) {
   EXPECT_THAT(printed[0], HasSubstr(" in train.py:61 (next(loader))\n"
                                     "hang report 1: rank 3 on n2:\n"
                                     "  File \"train.py\", line 61 in main"));
+  // The answers were read once and erased (Python's carry stacks); the
+  // round's request stays for the ranks that have not polled yet.
+  for (int r = 0; r < 4; ++r) EXPECT_FALSE(store->check({"g/1/hang/0/" + std::to_string(r)}));
+  EXPECT_TRUE(store->check({"g/1/hang/0/request"}));
   // Once stopped: each round's report was printed once, by one rank.
   for (auto& k : ranks) k.watchdog.reset();
   std::set<std::string> rounds;
