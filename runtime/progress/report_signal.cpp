@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "slurmddp/error.h"
+#include "slurmddp/stop.h"
 
 namespace slurmddp::progress {
 
@@ -37,11 +38,6 @@ void on_signal(int sig, siginfo_t* info, void* context) {
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
-}
-
-std::string name_of(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
 }  // namespace
@@ -78,7 +74,7 @@ std::optional<int> parse_report_signal(const char* variable, const std::string& 
     case SIGTRAP:
     case SIGCHLD:
     case SIGPIPE:
-      throw InvalidArgument(std::string(variable) + "=" + value + " (" + name_of(sig) +
+      throw InvalidArgument(std::string(variable) + "=" + value + " (" + signal_name(sig) +
                             ") cannot ask for a report" + expected);
     default:
       return sig;
@@ -95,8 +91,8 @@ ReportSignal::ReportSignal(int signal) : signal_(signal) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_users > 0) {
     if (g_installed != signal) {
-      throw InvalidArgument("report signal: " + name_of(signal) + " asked while " +
-                            name_of(g_installed) +
+      throw InvalidArgument("report signal: " + signal_name(signal) + " asked while " +
+                            signal_name(g_installed) +
                             " already asks for reports in this process; expected one signal "
                             "(SLURMDDP_REPORT_SIGNAL) for every group");
     }
@@ -109,7 +105,7 @@ ReportSignal::ReportSignal(int signal) : signal_(signal) {
   sigemptyset(&act.sa_mask);
   if (sigaction(signal, &act, &g_previous) != 0) {
     int err = errno;
-    throw Error("report signal: failed to install a handler for " + name_of(signal) + ": " +
+    throw Error("report signal: failed to install a handler for " + signal_name(signal) + ": " +
                 strerror(err));
   }
   g_installed = signal;
