@@ -88,6 +88,11 @@ class StopSignal {
   // that decides to stop for its own reasons).
   void request(int signal);
 
+  // Records a stop that the program agreed on over its own collectives (the
+  // Python package agrees over torch.distributed): agreed_signal() returns
+  // `signal` and the destructor ignores the signals (Note [Stop requests]).
+  void agree(int signal);
+
  private:
   class __attribute__((visibility("hidden"))) Impl;  // internal: not exported
   std::unique_ptr<Impl> impl_;

@@ -12,8 +12,14 @@ train under srun with slurm-ddp's plugin installed:
 
 PyTorch users import ``slurmddp.torch``: a drop-in
 ``DistributedSampler`` and the ``init_method="slurmddp://"`` rendezvous for
-``torch.distributed.init_process_group``.
+``torch.distributed.init_process_group``; and, for preemption and requeue
+(``slurmddp.resume``, imported on first use: it needs torch),
+``slurmddp.StopSignal``, ``slurmddp.Checkpointer``, ``slurmddp.requeue()``,
+``slurmddp.requeue_and_exit()``, ``slurmddp.EXIT_REQUEUE``,
+``slurmddp.run_id()`` and ``slurmddp.restart_count()``.
 """
+from typing import Any
+
 from ._core import (
     Error,
     InvalidArgument,
@@ -42,4 +48,23 @@ __all__ = [
     "connect",
     "in_process_store",
     "rendezvous",
+    "EXIT_REQUEUE",
+    "Checkpointer",
+    "Resumed",
+    "StopSignal",
+    "requeue",
+    "requeue_and_exit",
+    "restart_count",
+    "run_id",
 ]
+
+_RESUME = ("EXIT_REQUEUE", "Checkpointer", "Resumed", "StopSignal", "requeue", "requeue_and_exit",
+           "restart_count", "run_id")
+
+
+def __getattr__(name: str) -> Any:
+    # slurmddp.resume imports torch: only when one of its names is used.
+    if name in _RESUME:
+        from . import resume
+        return getattr(resume, name)
+    raise AttributeError(f"module 'slurmddp' has no attribute {name!r}")

@@ -26,5 +26,7 @@ void bind_sampler(pybind11::module_& m);
 void bind_store(pybind11::module_& m);
 // slurmddp._core.Watch, the hang report's watchdog (progress.cpp).
 void bind_progress(pybind11::module_& m);
+// slurmddp._core's stop handlers, checkpoint files and requeue (resume.cpp).
+void bind_resume(pybind11::module_& m);
 
 }  // namespace slurmddp::python

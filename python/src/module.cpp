@@ -13,4 +13,5 @@ PYBIND11_MODULE(_core, m) {
   slurmddp::python::bind_sampler(m);
   slurmddp::python::bind_store(m);
   slurmddp::python::bind_progress(m);
+  slurmddp::python::bind_resume(m);
 }

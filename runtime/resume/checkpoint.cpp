@@ -1,18 +1,12 @@
 #include "slurmddp/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "checkpoint_file.h"
+#include "checkpoint_io.h"
 #include "common/log.h"
 #include "scalar_channel.h"
 #include "slurmddp/error.h"
@@ -24,82 +18,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* const kComponent = "checkpoint";
-
-[[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
-  int err = errno;
-  throw Error("checkpoint: failed to " + what + " " + path + ": " + std::strerror(err));
-}
-
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail_errno("open the directory", dir);
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    errno = err;
-    fail_errno("fsync the directory", dir);
-  }
-  ::close(fd);
-}
-
-// Note [Checkpoint layout]: temporary name, fsync, rename, fsync the directory.
-void write_atomic(const std::string& dir, const std::string& name, const std::string& bytes) {
-  std::string path = dir + "/" + name;
-  std::string tmp = dir + "/." + name + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_errno("create", tmp);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = err;
-      fail_errno("write", tmp);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    errno = err;
-    fail_errno("fsync", tmp);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    errno = err;
-    fail_errno("rename into place", path);
-  }
-  fsync_dir(dir);
-}
-
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string step_dir_name(int64_t step) {
-  return "step-" + std::to_string(step);
-}
-
-// "step-<N>" -> N, or -1.
-int64_t step_of(const std::string& name) {
-  if (name.rfind("step-", 0) != 0 || name.size() == 5) return -1;
-  int64_t v = 0;
-  for (size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9' || v > (int64_t{1} << 56)) return -1;
-    v = v * 10 + (name[i] - '0');
-  }
-  return v;
-}
 
 }  // namespace
 
@@ -126,7 +44,7 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
       throw InvalidArgument("Checkpointer::save: step=" + std::to_string(step) + "; expected >= 0");
     }
     const int rank = comm_->rank();
-    std::string sdir = dir_ + "/" + step_dir_name(step);
+    std::string sdir = dir_ + "/" + resume::step_dir_name(step);
     std::error_code ec;
     fs::create_directories(sdir, ec);
     if (ec) throw Error("checkpoint: failed to create " + sdir + ": " + ec.message());
@@ -143,14 +61,14 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
       const auto* p = static_cast<const uint8_t*>(payload);
       f.payload.assign(p, p + bytes);
     }
-    write_atomic(sdir, "rank-" + std::to_string(rank) + ".ckpt", resume::encode(f));
+    resume::write_atomic(sdir, "rank-" + std::to_string(rank) + ".ckpt", resume::encode(f));
     comm_->barrier()->wait();  // every rank's file is durable
     if (rank == 0) {
-      write_atomic(sdir, "COMPLETE",
-                   "complete step=" + std::to_string(step) +
-                       " world=" + std::to_string(comm_->size()) + "\n");
-      write_atomic(dir_, "LATEST", step_dir_name(step) + "\n");
-      prune(step);
+      resume::write_atomic(sdir, "COMPLETE",
+                           "complete step=" + std::to_string(step) +
+                               " world=" + std::to_string(comm_->size()) + "\n");
+      resume::write_atomic(dir_, "LATEST", resume::step_dir_name(step) + "\n");
+      resume::prune(dir_, step, options_.keep);
       SLURMDDP_LOG_INFO(kComponent, "saved step " << step << " in " << sdir);
     }
     comm_->barrier()->wait();  // nobody leaves before LATEST names it
@@ -169,7 +87,7 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
                   ". The directory must be the same shared directory on every node");
     }
     if (mine < 0) return std::nullopt;
-    std::string sdir = dir_ + "/" + step_dir_name(mine);
+    std::string sdir = dir_ + "/" + resume::step_dir_name(mine);
     std::optional<Checkpoint> out;
     std::string error;
     try {
@@ -193,11 +111,11 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
  private:
   // The step LATEST names when its COMPLETE marker exists; -1 otherwise.
   int64_t latest_complete() const {
-    auto latest = read_file(dir_ + "/LATEST");
+    auto latest = resume::read_file(dir_ + "/LATEST");
     if (!latest) return -1;
     std::string name = *latest;
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    int64_t step = step_of(name);
+    int64_t step = resume::step_of(name);
     if (step < 0) {
       throw Error("checkpoint " + dir_ + "/LATEST is damaged: it holds '" + name +
                   "', expected step-<N>");
@@ -211,7 +129,7 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
 
   resume::RankFile read_rank_file(const std::string& sdir, int64_t step, int who) const {
     std::string path = sdir + "/rank-" + std::to_string(who) + ".ckpt";
-    auto bytes = read_file(path);
+    auto bytes = resume::read_file(path);
     if (!bytes) {
       throw Error("checkpoint " + path + " is missing or unreadable (" + std::strerror(errno) +
                   "); the directory must be shared by every node");
@@ -238,28 +156,6 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
       c.payload = read_rank_file(sdir, step, 0).payload;
     }
     return c;
-  }
-
-  // Keeps the `keep` newest complete steps up to `current`; removes older ones
-  // and incomplete ones below `current`.
-  void prune(int64_t current) const {
-    std::vector<int64_t> complete;
-    std::vector<int64_t> remove;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir_, ec)) {
-      int64_t s = step_of(e.path().filename().string());
-      if (s < 0 || s > current) continue;
-      if (fs::exists(e.path() / "COMPLETE")) {
-        complete.push_back(s);
-      } else if (s < current) {
-        remove.push_back(s);
-      }
-    }
-    std::sort(complete.rbegin(), complete.rend());
-    for (size_t i = static_cast<size_t>(options_.keep); i < complete.size(); ++i) {
-      remove.push_back(complete[i]);
-    }
-    for (int64_t s : remove) fs::remove_all(dir_ + "/" + step_dir_name(s), ec);
   }
 
   std::shared_ptr<Communicator> comm_;

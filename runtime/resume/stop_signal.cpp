@@ -149,6 +149,9 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
   }
 
   int agreed() const { return agreed_; }
+  void agree(int signal) {
+    if (agreed_ == 0) agreed_ = signal;
+  }
 
  private:
   void ignore() {
@@ -203,6 +206,10 @@ bool StopSignal::should_stop(int64_t step) {
 
 int StopSignal::agreed_signal() const {
   return impl_->agreed();
+}
+
+void StopSignal::agree(int signal) {
+  impl_->agree(signal);
 }
 
 void StopSignal::request(int signal) {

@@ -101,19 +101,20 @@ TEST_F(Staged, ThePythonPackageImportsFromTheStagedTree) {
   while (pydir.size() > 1 && pydir.back() == '/') pydir.pop_back();
   if (pydir.empty()) GTEST_SKIP() << "SKIP: this build has no Python package (-Dpython)";
   const std::string package = staged(pydir) + "/slurmddp";
-  for (const char* f : {"__init__.py", "torch.py", "_core.pyi", "py.typed"}) {
+  for (const char* f : {"__init__.py", "resume.py", "torch.py", "_core.pyi", "py.typed"}) {
     EXPECT_TRUE(fs::exists(package + "/" + f)) << package << "/" << f;
   }
   const char* const script =
       R"(import sys, slurmddp, slurmddp.torch
 print(slurmddp.__file__)
 print(len(slurmddp.Sampler(10, 3, 1)))
-print("slurmddp" in sys.modules["torch.distributed.rendezvous"]._rendezvous_handlers))";
+print("slurmddp" in sys.modules["torch.distributed.rendezvous"]._rendezvous_handlers)
+print(slurmddp.EXIT_REQUEUE, slurmddp.Checkpointer.__module__))";
   Result r = run("PYTHONPATH='" + staged(pydir) + "' '" + env_or_empty("SLURMDDP_PYTHON") +
                      "' -c '" + script + "'",
                  std::chrono::seconds(120), "/");
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, package + "/__init__.py\n4\nTrue\n");
+  EXPECT_EQ(r.out, package + "/__init__.py\n4\nTrue\n75 slurmddp.resume\n");
   Result deps = run("ldd " + package + "/_core*.so", std::chrono::seconds(30));
   EXPECT_THAT(deps.out, Not(HasSubstr("libslurmddp"))) << deps.out;
 }

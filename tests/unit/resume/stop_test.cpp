@@ -100,6 +100,24 @@ TEST(StopSignal, CatchesTheSignalThenIgnoresOrRestores) {
   sigaction(SIGUSR1, &saved, nullptr);
 }
 
+// A stop agreed over the program's own collectives (the Python package's
+// torch.distributed check): reported, and the signals are ignored afterwards.
+TEST(StopSignal, AStopAgreedElsewhereIgnoresTheSignalsOnTheWayOut) {
+  struct sigaction saved {};
+  ASSERT_EQ(sigaction(SIGUSR2, nullptr, &saved), 0);
+  {
+    StopSignal stop;  // no communicator
+    EXPECT_EQ(stop.agreed_signal(), 0);
+    stop.agree(SIGUSR2);
+    stop.agree(SIGTERM);  // the first agreement stands
+    EXPECT_EQ(stop.agreed_signal(), SIGUSR2);
+  }
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGUSR2, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+  sigaction(SIGUSR2, &saved, nullptr);
+}
+
 TEST(StopSignal, ChecksOnlyAtMultiplesOfCheckEvery) {
   auto group = std::make_shared<testing::FakeGroup>(1);
   StopOptions o;

@@ -1,0 +1,232 @@
+"""slurmddp.StopSignal, Checkpointer and requeue_and_exit with real torch: ranks
+as processes on loopback over torch's Gloo group (init_method "slurmddp://"
+and "env://"). The stop step, the checkpoint chosen and the messages are
+asserted; the cluster tests (tests/system/resume_test.cpp) run the same through
+Slurm with requeue."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import support
+
+
+def ranks(world, *args, **env):
+    port = support.free_port()
+    return support.start_ranks("resume_rank.py", range(world), world, port, args, **env)
+
+
+def run(world, *args, **env):
+    return support.finish(ranks(world, *args, **env))
+
+
+def stop_steps(out):
+    return {r: re.findall(r"stopped at (\d+) on (\w+)", o) for r, (_, o, _) in out.items()}
+
+
+class AgreedStop(unittest.TestCase):
+    def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(self):
+        for method in ("slurmddp", "env"):
+            with self.subTest(method=method), tempfile.TemporaryDirectory() as tmp:
+                # rank 1 signals itself before step 7; the check at 7 carries
+                # it, the check at 8 reads it: every rank stops after step 8.
+                out = run(3, "stop", method, tmp, 50, 7)
+                for r, (code, o, e) in out.items():
+                    self.assertEqual(code, 75, f"rank {r}: {o}{e}")
+                    self.assertEqual(stop_steps(out)[r], [("8", "SIGUSR1")], o + e)
+                    self.assertNotIn("finished", o)
+                # outside Slurm rank 0 says why it could not requeue, and exits 75 anyway
+                self.assertIn("SLURM_JOB_ID is not set", out[0][2])
+                self.assertIn("exiting with 75", out[0][2])
+                ckdir = os.path.join(tmp, "local", "step-8")
+                self.assertEqual(sorted(os.listdir(ckdir)),
+                                 ["COMPLETE", "rank-0.ckpt", "rank-1.ckpt", "rank-2.ckpt"])
+
+    def test_a_signal_from_outside_during_training(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            procs = ranks(3, "stop", "slurmddp", tmp, 100000, 0)
+            # once rank 2 reports a step, SIGTERM reaches it alone
+            line = procs[2].stdout.readline()
+            self.assertTrue(line.startswith("rank 2 step"), line)
+            procs[2].send_signal(signal.SIGTERM)
+            out = support.finish(procs)
+            steps = stop_steps(out)
+            self.assertEqual(len({s[0][0] for s in steps.values() if s}), 1, steps)
+            for r, (code, o, e) in out.items():
+                self.assertEqual(code, 75, f"rank {r}: {e}")
+                self.assertEqual(steps[r][0][1], "SIGTERM")
+                self.assertLess(int(steps[r][0][0]), 100000)
+
+
+class ExactResume(unittest.TestCase):
+    def test_stopped_and_resumed_ends_bit_identical_to_an_uninterrupted_run(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            ref = run(3, "train", "slurmddp", os.path.join(tmp, "ref"), 40, 0)
+            first = run(3, "train", "slurmddp", os.path.join(tmp, "ck"), 40, 15)
+            second = run(3, "train", "slurmddp", os.path.join(tmp, "ck"), 40, 0)
+            want = {re.search(r"sha256 (\w+)", o).group(1) for _, o, _ in ref.values()}
+            self.assertEqual(len(want), 1)
+            for r in range(3):
+                self.assertEqual(first[r][0], 75, first[r][2])
+                self.assertIn(f"rank {r} stopped at 16", first[r][1])
+                self.assertEqual(second[r][0], 0, second[r][2])
+                self.assertIn(f"rank {r} resumed at 16", second[r][1])
+                self.assertEqual(re.search(r"sha256 (\w+)", second[r][1]).group(1),
+                                 next(iter(want)))
+
+
+class Checkpoints(unittest.TestCase):
+    def loaded(self, out):
+        return {r: o.strip() for r, (_, o, _) in out.items()}
+
+    def test_rank_zero_scope_keeps_the_newest_and_every_rank_reads_rank_zeros_state(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run(3, "save", "slurmddp", tmp, "rank0", 2, 4, 6)
+            self.assertEqual(sorted(n for n in os.listdir(tmp) if n.startswith("step-")),
+                             ["step-4", "step-6"])  # keep=2
+            with open(os.path.join(tmp, "LATEST")) as f:
+                self.assertEqual(f.read(), "step-6\n")
+            out = run(3, "load", "env", tmp, "rank0")
+            for r in range(3):
+                self.assertEqual(self.loaded(out)[r], f"rank {r} loaded 6 state=0,6 position=6")
+
+    def test_every_rank_scope_returns_each_ranks_own_state(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run(3, "save", "slurmddp", tmp, "every_rank", 5)
+            out = run(3, "load", "slurmddp", tmp, "every_rank")
+            for r in range(3):
+                self.assertEqual(self.loaded(out)[r], f"rank {r} loaded 5 state={r},5 position=5")
+            # a Checkpointer of the other scope is told, not handed rank 0's state
+            out = run(3, "load", "slurmddp", tmp, "rank0")
+            for r, (code, o, e) in out.items():
+                self.assertEqual(code, 3, o + e)
+                self.assertIn(f"Checkpointer: {tmp}/step-5 was saved with scope='every_rank', "
+                              f"this Checkpointer has scope='rank0'", o)
+
+    def test_no_checkpoint_is_a_fresh_start(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run(2, "load", "slurmddp", tmp, "rank0")
+            self.assertEqual(self.loaded(out), {0: "rank 0 loaded none", 1: "rank 1 loaded none"})
+
+    def test_a_damaged_checkpoint_is_refused_naming_file_and_rank_then_the_previous_loads(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run(3, "save", "slurmddp", tmp, "rank0", 3, 6)
+            victim = os.path.join(tmp, "step-6", "rank-1.ckpt")
+            with open(victim, "r+b") as f:  # one flipped byte
+                f.seek(60)
+                b = f.read(1)
+                f.seek(60)
+                f.write(bytes([b[0] ^ 0x01]))
+            out = run(3, "load", "slurmddp", tmp, "rank0")
+            for r in range(3):
+                self.assertEqual(self.loaded(out)[r], f"rank {r} loaded 3 state=0,3 position=3")
+            self.assertIn(f"refusing checkpoint {tmp}/step-6: rank 1: checkpoint {victim} is "
+                          f"damaged: checksum mismatch", out[0][2])
+            self.assertIn(f"resuming from {tmp}/step-3", out[0][2])
+
+            # both damaged: an error on every rank, never a fresh start
+            with open(os.path.join(tmp, "step-3", "rank-0.ckpt"), "r+b") as f:
+                f.truncate(40)
+            out = run(3, "load", "slurmddp", tmp, "rank0")
+            for r, (code, o, e) in out.items():
+                self.assertEqual(code, 3, o + e)
+                self.assertIn(f"no usable checkpoint in {tmp}: step-6 (rank 1: checkpoint "
+                              f"{victim} is damaged", o)
+                self.assertIn("step-3 (rank 0: checkpoint", o)
+                self.assertIn("not starting from scratch", o)
+            # rank 0's payload is every rank's: rank 2 names it too
+            self.assertIn(f"rank 2: checkpoint {tmp}/step-3/rank-0.ckpt is damaged: truncated",
+                          out[2][1])
+
+    def test_a_checkpoint_of_another_world_size_or_run_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run(2, "save", "slurmddp", tmp, "rank0", 4)
+            out = run(3, "load", "slurmddp", tmp, "rank0")
+            self.assertIn(f"checkpoint {tmp}/step-4 was written by 2 ranks; this job has 3",
+                          out[1][1])
+            self.assertEqual(out[1][0], 3)
+        with tempfile.TemporaryDirectory() as tmp:
+            # per-job directories: a checkpoint another job left in this job's is foreign
+            run(2, "save", "slurmddp", tmp, "rank0", 4, PER_JOB=1, SLURM_JOB_ID="1234")
+            os.rename(os.path.join(tmp, "job-1234"), os.path.join(tmp, "job-99"))
+            out = run(2, "load", "slurmddp", tmp, "rank0", PER_JOB=1, SLURM_JOB_ID="99")
+            for r, (code, o, e) in out.items():
+                self.assertEqual(code, 3, o + e)
+                self.assertIn(f"checkpoint {tmp}/job-99/step-4 belongs to run 1234, not to this "
+                              f"run (99)", o)
+
+
+class Errors(unittest.TestCase):
+    def test_bad_arguments_and_environment_are_named(self):
+        code = r"""
+import os, signal, slurmddp
+for make in (lambda: slurmddp.StopSignal(check_every=0),
+             lambda: slurmddp.StopSignal([signal.SIGKILL]),
+             lambda: slurmddp.Checkpointer('x', keep=0),
+             lambda: slurmddp.Checkpointer('x', scope='rank1')):
+    try:
+        make()
+    except slurmddp.InvalidArgument as e:
+        print(e)
+os.environ['SLURM_RESTART_COUNT'] = 'two'
+try:
+    slurmddp.restart_count()
+except slurmddp.InvalidArgument as e:
+    print(e)
+os.environ['SLURMDDP_RESTART_COUNT'] = '3'
+os.environ.update(SLURM_JOB_ID='77', SLURM_ARRAY_JOB_ID='70', SLURM_ARRAY_TASK_ID='7')
+print(slurmddp.restart_count(), slurmddp.run_id())
+s = slurmddp.StopSignal()
+try:
+    slurmddp.StopSignal()
+except slurmddp.InvalidArgument as e:
+    print(e)
+try:
+    s.should_stop(1)
+except slurmddp.InvalidArgument as e:
+    print(e)
+"""
+        env = support.rank_env(0, 1, 1)
+        env["PYTHONPATH"] = os.pathsep.join(map(os.path.abspath, env["PYTHONPATH"].split(":")))
+        with tempfile.TemporaryDirectory() as tmp:
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               cwd=tmp, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), [
+            "StopSignal: check_every=0; expected an integer >= 1",
+            "StopSignal: cannot catch SIGKILL; expected signals such as SIGTERM, SIGUSR1, "
+            "SIGUSR2, SIGHUP",
+            "Checkpointer: keep=0; expected an integer >= 1",
+            "Checkpointer: scope='rank1'; expected one of rank0, every_rank",
+            "restart_count: SLURM_RESTART_COUNT='two' is not a count of restarts (expected an "
+            "integer >= 0)",
+            "3 70_7",
+            "StopSignal: another StopSignal is installed in this process",
+            "slurmddp: torch.distributed is not initialized; call dist.init_process_group(...) "
+            "before the first should_stop(), save() or load_latest()",
+        ])
+
+    def test_a_handler_installed_before_still_runs_and_an_agreed_stop_ignores_the_signals(self):
+        code = r"""
+import os, signal, slurmddp, torch.distributed as d
+seen = []
+signal.signal(signal.SIGUSR2, lambda s, f: seen.append(s))
+d.init_process_group('gloo', init_method='env://')
+with slurmddp.StopSignal() as stop:
+    os.kill(os.getpid(), signal.SIGUSR2)
+    print(stop.should_stop(1), stop.should_stop(2), stop.signal_name, stop.stopped_at)
+print(seen == [signal.SIGUSR2], signal.getsignal(signal.SIGUSR2) is not None)
+os.kill(os.getpid(), signal.SIGTERM)  # ignored after the agreed stop
+print("alive")
+"""
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=support.rank_env(0, 1, support.free_port()), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), ["False True SIGUSR2 2", "True True", "alive"])
+
+
+if __name__ == "__main__":
+    support.main()
