@@ -17,13 +17,19 @@ store instead of torch's open TCPStore; a rank that does not arrive is named)
 and slurmddp.torch.DistributedSampler (the same indices as torch's; mid-epoch
 resume without replaying batches), and says so; --plain keeps torch's own.
 
+Preemption (--checkpoint-dir DIR, needs the package): Slurm's stop signals
+(scancel, preemption, --signal=USR1@120 before the time limit) make every rank
+stop after the same step; the checkpoint goes to DIR/job-<id>; with
+--on-stop=requeue rank 0 requeues the job and the ranks exit with 75. The
+requeued job resumes mid-epoch, bit-identical to an uninterrupted run with
+--deterministic (examples/jobs/preemptible-pytorch.sbatch).
+
 Trains a small MLP on Fashion-MNIST (Debian package dataset-fashion-mnist).
 """
 import argparse
 import gzip
 import hashlib
 import os
-import signal
 import struct
 import sys
 import time
@@ -36,9 +42,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 try:
+    import slurmddp
     import slurmddp.torch as slurmddp_torch  # registers init_method="slurmddp://"
 except ImportError:
-    slurmddp_torch = None
+    slurmddp = slurmddp_torch = None
 
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -64,48 +71,34 @@ def load(data_dir, split):
     return TensorDataset(x, y)
 
 
-# Preemption (--checkpoint PATH): Slurm's signals only set a flag; after every
-# step all ranks all-reduce it, so they stop after the same step, rank 0 saves
-# the model, the optimizer and the position (epoch, batch) with torch.save
-# (temporary file + rename: never a partial checkpoint) and every rank exits
-# with 75. A requeued run finds the file and continues from that position.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
-EXIT_STOPPED = 75
-stop_requested = 0
-
-
-def on_stop_signal(signum, frame):
-    global stop_requested
-    stop_requested = signum
-
-
-def save_checkpoint(path, model, opt, epoch, batch, step):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(),
-                "epoch": epoch, "batch": batch, "step": step}, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.environ.get("FASHION_MNIST_DIR", DEFAULT_DATA))
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
     ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--checkpoint", help="resume from and stop into this file (a shared path)")
+    ap.add_argument("--checkpoint-dir", help="resume from and stop into DIR/job-<id> (shared)")
+    ap.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps")
+    ap.add_argument("--on-stop", choices=("exit", "requeue"), default="exit",
+                    help="after the stop checkpoint: exit with 75, or requeue the job first")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="torch.use_deterministic_algorithms(True): a resumed run ends bit-identical")
     ap.add_argument("--log-every", type=int, default=0, help="rank 0 prints 'step N' every N steps")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
     ap.add_argument("--plain", action="store_true",
                     help="torch's env:// and DistributedSampler even where slurm-ddp's package is installed")
     args = ap.parse_args()
     ours = slurmddp_torch is not None and not args.plain
-    if args.checkpoint:
-        for s in STOP_SIGNALS:
-            signal.signal(s, on_stop_signal)
+    if args.checkpoint_dir and not ours:
+        raise SystemExit("train.py: --checkpoint-dir needs slurm-ddp's Python package (slurmddp), "
+                         + ("not --plain" if args.plain else "which is not installed"))
+    # Before anything else: a stop signal while the job starts is kept.
+    stop = slurmddp.StopSignal() if args.checkpoint_dir else None
 
     torch.set_num_threads(1)
+    if args.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's deterministic mode
+        torch.use_deterministic_algorithms(True)
     use_cuda = torch.cuda.is_available()
     # env:// reads the plugin's MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE;
     # slurmddp:// the same, plus SLURMDDP_TOKEN for an authenticated store.
@@ -139,31 +132,26 @@ def main():
     model = DDP(model, device_ids=[device.index] if use_cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
-    first_epoch, skip, step = 0, 0, 0
-    restarts = os.environ.get("SLURMDDP_RESTART_COUNT", os.environ.get("SLURM_RESTART_COUNT", "0"))
-    if args.checkpoint and os.path.exists(args.checkpoint):
-        state = torch.load(args.checkpoint, map_location=device)
-        model.module.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        first_epoch, skip, step = state["epoch"], state["batch"], state["step"]
-        if rank == 0:
-            print(f"resumed from {args.checkpoint} at epoch {first_epoch + 1} batch {skip}, "
-                  f"restart count {restarts}", flush=True)
-
     train, test = load(args.data, "train"), load(args.data, "test")
     make_sampler = slurmddp_torch.DistributedSampler if ours else DistributedSampler
     sampler = make_sampler(train, num_replicas=world, rank=rank, shuffle=True, seed=0)
-    first_batch = 0
-    if ours and skip:
-        # Every rank's sampler continues after the batches already trained on
-        # (rank 0 saved how many): no replay. A state_dict() saved by each
-        # rank would do the same (it is checked against the rank's own
-        # configuration).
-        sampler.set_epoch(first_epoch)
-        sampler.load_state_dict(sampler.state_dict(position=min(skip * args.batch_size, len(sampler))))
-        first_batch, skip = skip, 0
+    first_epoch, first_batch, step = 0, 0, 0
+    ckpt = slurmddp.Checkpointer(args.checkpoint_dir) if args.checkpoint_dir else None
+    resumed = ckpt.load_latest(map_location=device) if ckpt else None
+    if resumed:
+        # DDP's first iteration on a throwaway input, so that the resumed steps
+        # reduce gradients in the same bucket layout as before the stop.
+        slurmddp_torch.settle_ddp(model, torch.zeros(1, 28 * 28, device=device))
+        model.module.load_state_dict(resumed.state["model"])
+        opt.load_state_dict(resumed.state["optimizer"])
+        sampler.load_state_dict(resumed.sampler)  # this rank's position: no replayed batch
+        first_epoch, step = sampler.epoch, resumed.step
+        first_batch = resumed.sampler["position"] // args.batch_size
+        if rank == 0:
+            print(f"resumed from {resumed.path} at step {step} (epoch {first_epoch + 1}), run "
+                  f"{slurmddp.run_id()}, restart count {slurmddp.restart_count()}", flush=True)
+
     loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
-    flag = torch.zeros(1, device=device)
     for epoch in range(first_epoch, args.epochs):
         sampler.set_epoch(epoch)
         model.train()
@@ -171,8 +159,6 @@ def main():
         for batch, (x, y) in enumerate(loader, start=first_batch if epoch == first_epoch else 0):
             if args.steps and step >= args.steps:
                 break
-            if epoch == first_epoch and batch < skip:
-                continue  # the same order as before the stop: set_epoch() is deterministic
             x, y = x.to(device), y.to(device)
             opt.zero_grad()
             loss = F.cross_entropy(model(x), y)
@@ -185,19 +171,18 @@ def main():
                 progress.step_done(step)
             if args.log_every and step % args.log_every == 0 and rank == 0:
                 print(f"step {step}", flush=True)
-            if args.checkpoint:
-                flag.fill_(float(stop_requested))
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                if flag.item() != 0:
-                    if rank == 0:
-                        save_checkpoint(args.checkpoint, model, opt, epoch, batch + 1, step)
-                    dist.barrier()
-                    for s in STOP_SIGNALS:  # on the way out: a second signal must not kill
-                        signal.signal(s, signal.SIG_IGN)
-                    print(f"rank {rank}: stopped at epoch {epoch + 1} batch {batch + 1} on "
-                          f"{signal.Signals(int(flag.item())).name}", flush=True)
+            if ckpt and (stop.should_stop(step) or
+                         (args.checkpoint_every and step % args.checkpoint_every == 0)):
+                position = min((batch + 1) * args.batch_size, len(sampler))
+                ckpt.save(step, {"model": model.module.state_dict(), "optimizer": opt.state_dict()},
+                          sampler=sampler.state_dict(position=position))
+                if stop.agreed_signal:
+                    print(f"rank {rank}: stopped after step {step} on {stop.signal_name}, "
+                          f"checkpoint in {ckpt.dir}", flush=True)
+                    if args.on_stop == "requeue":
+                        slurmddp.requeue_and_exit()  # rank 0 requeues; every rank exits 75
                     dist.destroy_process_group()
-                    sys.exit(EXIT_STOPPED)
+                    sys.exit(slurmddp.EXIT_REQUEUE)
         stats = torch.tensor([loss_sum, float(seen)], device=device)
         dist.all_reduce(stats)
         model.eval()

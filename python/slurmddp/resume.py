@@ -24,11 +24,13 @@ is Gloo, else one made for this at the first use).
 """
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import re
 import signal
 import sys
+import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
@@ -138,6 +140,21 @@ def _cpu_group(group: Optional[Any]) -> Optional[Any]:
     return _gloo_group
 
 
+_live_stops: "weakref.WeakSet[StopSignal]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_stops() -> None:
+    # A check still in flight at exit holds a tensor that torch's Gloo thread
+    # would free at interpreter teardown, waiting for the GIL that the
+    # teardown holds while it joins that thread: end it first.
+    for s in list(_live_stops):
+        try:
+            s.close()
+        except Exception:  # noqa: BLE001 (the process is exiting; the stop is moot)
+            pass
+
+
 class StopSignal:
     """A stop request every rank agrees on (Note [Stop requests]).
 
@@ -171,6 +188,7 @@ class StopSignal:
         self._group_arg = group
         self._pending: Optional[Tuple[Any, torch.Tensor]] = None
         self.stopped_at: Optional[int] = None
+        _live_stops.add(self)
 
     def _live(self) -> _core.StopHandlers:
         if self._handlers is None:

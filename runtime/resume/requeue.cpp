@@ -64,7 +64,8 @@ void requeue_job(const std::string& scontrol) {
     throw Error("requeue: failed to run '" + scontrol + " requeue " + target +
                 "': " + std::strerror(rc) +
                 (rc == ENOENT ? " (scontrol is not installed here, e.g. inside a container image; "
-                                "let the batch script requeue instead, see the README)"
+                                "exit with 75 and let the batch script requeue on that status, "
+                                "or RequeueExit=75 in slurm.conf; see the README)"
                               : ""));
   }
   std::string output;

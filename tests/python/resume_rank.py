@@ -12,7 +12,8 @@ requeue_and_exit) over torch's Gloo group on loopback. argv: mode, init method
                              itself SIGUSR1 before step SIGNAL_AT); prints the
                              parameters' sha256
   save DIR SCOPE STEP...     (PER_JOB=1: in DIR/job-<id>) saves each STEP (state: rank and step; sampler at
-                             position STEP)
+                             position STEP); KILL_AT=N: rank 2 is SIGKILLed
+                             inside the write of its file for step N
   load DIR SCOPE             (PER_JOB=1: in DIR/job-<id>) prints "rank R loaded STEP state=... position=P" or
                              "rank R loaded none"
 """
@@ -116,6 +117,15 @@ def main():
     elif mode == "train":
         train(rank, directory, int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "save":
+        kill_at = os.environ.get("KILL_AT")
+        if kill_at and rank == 2:
+            write = slurmddp._core.write_atomic
+
+            def dying_write(directory, name, data):
+                if directory.endswith(f"step-{kill_at}") and name.startswith("rank-"):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                write(directory, name, data)
+            slurmddp._core.write_atomic = dying_write
         ckpt = slurmddp.Checkpointer(directory, scope=sys.argv[4], per_job=per_job)
         for step in map(int, sys.argv[5:]):
             ckpt.save(step, {"rank": rank, "step": step}, sampler=Position(world, rank, step))

@@ -141,6 +141,20 @@ class Checkpoints(unittest.TestCase):
             self.assertIn(f"rank 2: checkpoint {tmp}/step-3/rank-0.ckpt is damaged: truncated",
                           out[2][1])
 
+    def test_a_rank_killed_while_writing_leaves_the_previous_checkpoint(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run(3, "save", "slurmddp", tmp, "rank0", 3, 6, KILL_AT=6)
+            self.assertEqual(out[2][0], -signal.SIGKILL)
+            for r in (0, 1):  # the others fail in the checkpoint's barrier, not hang
+                self.assertNotEqual(out[r][0], 0, out[r][2])
+                self.assertNotIn("saved", out[r][1])
+            self.assertFalse(os.path.exists(os.path.join(tmp, "step-6", "COMPLETE")))
+            with open(os.path.join(tmp, "LATEST")) as f:
+                self.assertEqual(f.read(), "step-3\n")
+            out = run(3, "load", "slurmddp", tmp, "rank0")
+            for r in range(3):
+                self.assertEqual(self.loaded(out)[r], f"rank {r} loaded 3 state=0,3 position=3")
+
     def test_a_checkpoint_of_another_world_size_or_run_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp:
             run(2, "save", "slurmddp", tmp, "rank0", 4)
@@ -188,6 +202,10 @@ try:
     s.should_stop(1)
 except slurmddp.InvalidArgument as e:
     print(e)
+try:
+    slurmddp.requeue(scontrol="no-such-scontrol")
+except slurmddp.Error as e:
+    print(e)
 """
         env = support.rank_env(0, 1, 1)
         env["PYTHONPATH"] = os.pathsep.join(map(os.path.abspath, env["PYTHONPATH"].split(":")))
@@ -207,6 +225,10 @@ except slurmddp.InvalidArgument as e:
             "StopSignal: another StopSignal is installed in this process",
             "slurmddp: torch.distributed is not initialized; call dist.init_process_group(...) "
             "before the first should_stop(), save() or load_latest()",
+            "requeue: failed to run 'no-such-scontrol requeue 70_7': No such file or directory "
+            "(scontrol is not installed here, e.g. inside a container image; exit with 75 and let "
+            "the batch script requeue on that status, or RequeueExit=75 in slurm.conf; see the "
+            "README)",
         ])
 
     def test_a_handler_installed_before_still_runs_and_an_agreed_stop_ignores_the_signals(self):

@@ -3,7 +3,7 @@
 // --signal, and the job's time limit), checkpointing, requeued by rank 0 and
 // resumed, ends bit-identical to an uninterrupted run; a damaged checkpoint is
 // a clear error; a rank killed instead of stopped leaves the last complete
-// checkpoint intact.
+// checkpoint intact. (The PyTorch example's: torch_resume_test.cpp.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,9 +12,8 @@
 #include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
-#include <thread>
 
+#include "batch_jobs.h"
 #include "cluster.h"
 
 namespace slurmddp::systest {
@@ -26,13 +25,6 @@ using ::testing::Not;
 
 // A short but real training: 2 epochs of 938 steps on 4 ranks (2 nodes x 2).
 const char* const kArgs = " --epochs=2 --batch-size=16 --hidden=32 --log-every=50";
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::set<std::string> checksums(const std::string& out) {
   return captures(out, "rank [0-9]+: [0-9]+ steps, parameter checksum ([0-9a-f]+)");
@@ -52,52 +44,11 @@ std::string script() {
 // Submits the script; returns the job id.
 std::string submit(const std::string& dir, const std::string& sbatch_args,
                    const std::string& train_args) {
-  Result r = run("sbatch --parsable -o out.txt " + sbatch_args + " " + script() + train_args,
-                 std::chrono::seconds(30), dir);
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
-  std::string id = r.out.substr(0, r.out.find_first_of(";\n"));
-  return id;
+  return systest::submit(dir, script(), sbatch_args, train_args);
 }
 
-// Slurm's state of a job ("" once it is gone), polled from scontrol.
-std::string job_state(const std::string& id) {
-  Result r = run("scontrol -o show job " + id + " 2>/dev/null", std::chrono::seconds(30));
-  std::smatch m;
-  std::regex re("JobState=([A-Z_]+)");
-  return std::regex_search(r.out, m, re) ? m[1].str() : "";
-}
-
-// Polls (Slurm's state, not a sleep standing in for synchronization) until
-// `done` holds or `limit` passes.
-template <typename F>
-bool poll_until(std::chrono::seconds limit, F done) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return done();
-}
-
-// Slurm holds a requeued batch job back (Reason=BeginTime, about two minutes
-// here) before it may start again; the test lets it start at once instead.
 void release_after_requeue(const std::string& id, const std::string& dir) {
-  ASSERT_TRUE(poll_until(std::chrono::seconds(120),
-                         [&] {
-                           return job_state(id) == "PENDING" &&
-                                  slurp(dir + "/out.txt").find("stopped after step") !=
-                                      std::string::npos;
-                         }))
-      << job_state(id) << "\n"
-      << slurp(dir + "/out.txt");
-  Result r = run("scontrol update JobId=" + id + " StartTime=now");
-  EXPECT_EQ(r.rc, 0) << r.err;
-}
-
-bool finished(const std::string& id) {
-  std::string s = job_state(id);
-  return s == "COMPLETED" || s == "FAILED" || s == "CANCELLED" || s == "TIMEOUT" ||
-         s == "NODE_FAIL" || s == "OUT_OF_MEMORY";
+  systest::release_after_requeue(id, dir, "stopped after step");
 }
 
 // The checksum of the uninterrupted run, computed once for the suite.
@@ -172,11 +123,7 @@ TEST(ResumeSystem, TimeLimitWarningStopsRequeuesAndResumesBitIdentical) {
   size_t released = 0;
   ASSERT_TRUE(poll_until(std::chrono::seconds(600), [&] {
     std::string out = slurp(dir + "/out.txt");
-    size_t stops = 0;
-    for (size_t at = out.find("rank 0: stopped after step"); at != std::string::npos;
-         at = out.find("rank 0: stopped after step", at + 1)) {
-      ++stops;
-    }
+    size_t stops = count(out, "rank 0: stopped after step");
     if (job_state(id) == "PENDING" && stops > released) {  // requeued: let it start now
       run("scontrol update JobId=" + id + " StartTime=now");
       released = stops;
@@ -189,13 +136,6 @@ TEST(ResumeSystem, TimeLimitWarningStopsRequeuesAndResumesBitIdentical) {
   EXPECT_THAT(out, HasSubstr("on SIGUSR1, checkpoint in checkpoints/job-" + id));
   EXPECT_THAT(out, HasSubstr("restart count 1"));
   EXPECT_EQ(checksums(out), want) << out;
-}
-
-// Runs `body` (bash) in one allocation of 2 nodes x 2 tasks, so that its steps
-// share one job id and so one checkpoint directory.
-Result in_one_job(const std::string& dir, const std::string& body) {
-  std::ofstream(dir + "/steps.sh") << "#!/bin/bash\n" << body;
-  return run("salloc -N 2 --ntasks-per-node=2 bash steps.sh", std::chrono::seconds(600), dir);
 }
 
 std::string train_line(const std::string& extra) {
@@ -255,47 +195,6 @@ TEST(ResumeSystem, AKilledRankFailsTheJobAndLeavesTheLastCheckpointIntact) {
   EXPECT_THAT(again,
               ::testing::ContainsRegex("resumed from checkpoints/job-[0-9]+ at step [24]00 "));
   EXPECT_EQ(checksums(again), std::set<std::string>{ref}) << again;
-}
-
-std::set<std::string> torch_digests(const std::string& out) {
-  return captures(out, "rank [0-9]+: parameter sha256 ([0-9a-f]+)");
-}
-
-// examples/pytorch/train.py (Debian's torch): stopped by a signal to its step,
-// it saves its own torch.save checkpoint; the next run resumes from it, reads
-// the restart count from the environment, and ends where an uninterrupted run
-// ends.
-TEST(ResumeSystem, PytorchExampleResumesFromItsOwnCheckpoint) {
-  REQUIRE_CLUSTER();
-  std::string dir = fresh_dir("resume-torch");
-  const std::string py = "srun /usr/bin/python3 '" + source_dir() +
-                         "/examples/pytorch/train.py' --epochs 1 --batch-size 32 --steps 150 "
-                         "--log-every 25";
-  Result r = in_one_job(
-      dir,
-      py + " > reference.out 2>&1\necho \"reference=$?\"\n" + py +
-          " --checkpoint ck.pt > first.out 2>&1 &\npid=$!\n"
-          "while kill -0 $pid 2>/dev/null && ! grep -q '^step 50$' first.out; do sleep 0.05; done\n"
-          "scancel --signal=USR1 \"$SLURM_JOB_ID.1\"\nwait $pid\necho \"first=$?\"\n" +
-          py + " --checkpoint ck.pt > second.out 2>&1\necho \"second=$?\"\n");
-  ASSERT_EQ(r.rc, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, HasSubstr("reference=0"));
-  EXPECT_THAT(r.out, HasSubstr("first=75"));
-  EXPECT_THAT(r.out, HasSubstr("second=0"));
-  std::string first = slurp(dir + "/first.out");
-  EXPECT_THAT(first,
-              ::testing::ContainsRegex("rank 3: stopped at epoch 1 batch [0-9]+ on SIGUSR1"));
-  EXPECT_TRUE(torch_digests(first).empty()) << first;
-  std::string second = slurp(dir + "/second.out");
-  EXPECT_THAT(second, ::testing::ContainsRegex("resumed from ck.pt at epoch 1 batch [0-9]+, "
-                                               "restart count 0"));
-  // Every rank ends with the same parameters. (Not bit-identical to an
-  // uninterrupted run: DDP rebuilds its buckets in the first step after
-  // construction, which reorders the allreduce's summation; slurm-ddp's
-  // GradSync keeps one layout and is bit-identical, see the C++ cases above.)
-  ASSERT_EQ(torch_digests(slurp(dir + "/reference.out")).size(), 1u);
-  EXPECT_EQ(torch_digests(second).size(), 1u) << second;
-  EXPECT_THAT(second, HasSubstr("epoch 1: loss"));
 }
 
 }  // namespace

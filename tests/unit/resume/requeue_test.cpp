@@ -72,6 +72,7 @@ TEST(Requeue, RunsScontrolAndReportsItsError) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("scontrol is not installed here"));
+    EXPECT_THAT(e.what(), HasSubstr("exit with 75 and let the batch script requeue"));
   }
   unsetenv("SLURM_JOB_ID");
 }

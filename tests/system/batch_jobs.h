@@ -1,0 +1,91 @@
+// Batch jobs on the test cluster for the preemption tests (C++ and PyTorch):
+// Slurm's state of a job, polling it, letting a requeued job start at once,
+// and several steps in one allocation.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "cluster.h"
+
+namespace slurmddp::systest {
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Slurm's state of a job ("" once it is gone), from scontrol.
+inline std::string job_state(const std::string& id) {
+  Result r = run("scontrol -o show job " + id + " 2>/dev/null", std::chrono::seconds(30));
+  std::smatch m;
+  std::regex re("JobState=([A-Z_]+)");
+  return std::regex_search(r.out, m, re) ? m[1].str() : "";
+}
+
+// Polls (Slurm's state or a job's output, not a sleep standing in for
+// synchronization) until `done` holds or `limit` passes.
+template <typename F>
+bool poll_until(std::chrono::seconds limit, F done) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return done();
+}
+
+inline bool finished(const std::string& id) {
+  std::string s = job_state(id);
+  return s == "COMPLETED" || s == "FAILED" || s == "CANCELLED" || s == "TIMEOUT" ||
+         s == "NODE_FAIL" || s == "OUT_OF_MEMORY";
+}
+
+// Submits `script` from `dir` with output to out.txt; returns the job id.
+inline std::string submit(const std::string& dir, const std::string& script,
+                          const std::string& sbatch_args, const std::string& script_args) {
+  Result r = run("sbatch --parsable -o out.txt " + sbatch_args + " " + script + script_args,
+                 std::chrono::seconds(30), dir);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  return r.out.substr(0, r.out.find_first_of(";\n"));
+}
+
+// Slurm holds a requeued batch job back (Reason=BeginTime, about two minutes
+// here) before it may start again; once the job is pending and its output
+// shows `stopped` (the ranks' stop line), the test lets it start at once.
+inline void release_after_requeue(const std::string& id, const std::string& dir,
+                                  const std::string& stopped) {
+  ASSERT_TRUE(poll_until(std::chrono::seconds(120),
+                         [&] {
+                           return job_state(id) == "PENDING" &&
+                                  slurp(dir + "/out.txt").find(stopped) != std::string::npos;
+                         }))
+      << job_state(id) << "\n"
+      << slurp(dir + "/out.txt");
+  Result r = run("scontrol update JobId=" + id + " StartTime=now");
+  EXPECT_EQ(r.rc, 0) << r.err;
+}
+
+// How many times `needle` occurs in `text`.
+inline size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// Runs `body` (bash) in one allocation of 2 nodes x 2 tasks, so that its steps
+// share one job id and so one checkpoint directory.
+inline Result in_one_job(const std::string& dir, const std::string& body) {
+  std::ofstream(dir + "/steps.sh") << "#!/bin/bash\n" << body;
+  return run("salloc -N 2 --ntasks-per-node=2 bash steps.sh", std::chrono::seconds(600), dir);
+}
+
+}  // namespace slurmddp::systest

@@ -1,0 +1,178 @@
+// Preemption and requeue of the PyTorch example on the real test cluster,
+// through slurm-ddp's Python package (slurmddp.StopSignal, Checkpointer,
+// requeue_and_exit): examples/jobs/preemptible-pytorch.sbatch interrupted by
+// scancel --signal and by its time limit, requeued by rank 0 and resumed, ends
+// with the parameters of an uninterrupted run, bit for bit (Gloo,
+// --deterministic; DDP's first-iteration bucket layout spent by
+// slurmddp.torch.settle_ddp on resume); a rank killed mid-run leaves the
+// last complete checkpoint, which resumes exactly; a damaged checkpoint is
+// refused naming file and rank, and the previous one resumes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "batch_jobs.h"
+#include "cluster.h"
+
+namespace slurmddp::systest {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// 4 epochs of 469 steps on 4 ranks (2 nodes x 2): long enough (about a minute)
+// that the time-limit warning, sent within 30 s of the start, comes first.
+const char* const kArgs = " --epochs 4 --batch-size 32 --log-every 50 --deterministic";
+
+std::set<std::string> digests(const std::string& out) {
+  return captures(out, "rank [0-9]+: parameter sha256 ([0-9a-f]+)");
+}
+
+// The package and the interpreter with torch, for the job's steps.
+std::string exports() {
+  return "--export=ALL,PYTHONPATH=" + env_or_empty("SLURMDDP_PYTHONPATH") +
+         ",PYTHON=/usr/bin/python3";
+}
+
+// A job directory with train.py (the example) for the sbatch script.
+std::string job_dir(const std::string& name) {
+  std::string dir = fresh_dir(name);
+  fs::create_symlink(source_dir() + "/examples/pytorch/train.py", dir + "/train.py");
+  return dir;
+}
+
+std::string submit(const std::string& dir, const std::string& sbatch_args) {
+  return systest::submit(dir, source_dir() + "/examples/jobs/preemptible-pytorch.sbatch",
+                         exports() + " " + sbatch_args, kArgs);
+}
+
+// The digest of the uninterrupted run, computed once for the suite.
+const std::string& reference() {
+  static const std::string sum = [] {
+    std::string dir = job_dir("torch-resume-reference");
+    std::string id = submit(dir, "");
+    EXPECT_TRUE(poll_until(std::chrono::seconds(400), [&] { return finished(id); }));
+    std::string out = slurp(dir + "/out.txt");
+    EXPECT_EQ(job_state(id), "COMPLETED") << out;
+    auto sums = digests(out);
+    EXPECT_EQ(sums.size(), 1u) << out;
+    EXPECT_THAT(out, HasSubstr("run 0 of job " + id));
+    EXPECT_THAT(out, Not(HasSubstr("resumed")));
+    return sums.empty() ? std::string("(none)") : *sums.begin();
+  }();
+  return sum;
+}
+
+TEST(TorchResumeSystem, ScancelSignalMidEpochRequeuesAndResumesBitIdentical) {
+  REQUIRE_CLUSTER();
+  const std::string ref = reference();
+  std::string dir = job_dir("torch-resume-scancel");
+  std::string id = submit(dir, "");
+  ASSERT_TRUE(poll_until(std::chrono::seconds(180), [&] {
+    return slurp(dir + "/out.txt").find("\nstep 100\n") != std::string::npos;
+  })) << slurp(dir + "/out.txt");
+  Result sig = run("scancel --signal=USR1 " + id);
+  ASSERT_EQ(sig.rc, 0) << sig.err;
+  release_after_requeue(id, dir, "stopped after step");
+  ASSERT_TRUE(poll_until(std::chrono::seconds(400), [&] {
+    return finished(id) && slurp(dir + "/out.txt").find("run 1 of job") != std::string::npos;
+  })) << slurp(dir + "/out.txt");
+  std::string out = slurp(dir + "/out.txt");
+  EXPECT_EQ(job_state(id), "COMPLETED") << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m, std::regex("rank 0: stopped after step ([0-9]+) on SIGUSR1, checkpoint in "
+                         "checkpoints/job-" + id)))
+      << out;
+  const std::string step = m[1].str();
+  EXPECT_EQ(count(out, "stopped after step " + step + " on SIGUSR1"), 4u) << out;
+  EXPECT_LT(std::stoi(step), 1876) << "stopped before the end";
+  EXPECT_THAT(out, HasSubstr("resumed from checkpoints/job-" + id + "/step-" + step +
+                             " at step " + step));
+  EXPECT_THAT(out, HasSubstr("run " + id + ", restart count 1"));
+  EXPECT_EQ(digests(out), std::set<std::string>{ref}) << out;
+}
+
+// --signal=USR1@59 on a 1-minute limit: Slurm sends the warning at its first
+// time-limit check (every 30 s here); the training stops, requeues itself, may
+// be stopped again in a later run, and ends with the reference's parameters.
+TEST(TorchResumeSystem, TimeLimitWarningStopsRequeuesAndResumesBitIdentical) {
+  REQUIRE_CLUSTER();
+  const std::string ref = reference();
+  std::string dir = job_dir("torch-resume-timelimit");
+  std::string id = submit(dir, "--time=1 --signal=USR1@59");
+  size_t released = 0;
+  ASSERT_TRUE(poll_until(std::chrono::seconds(600), [&] {
+    size_t stops = count(slurp(dir + "/out.txt"), "rank 0: stopped after step");
+    if (job_state(id) == "PENDING" && stops > released) {  // requeued: let it start now
+      run("scontrol update JobId=" + id + " StartTime=now");
+      released = stops;
+    }
+    return finished(id);
+  })) << slurp(dir + "/out.txt");
+  std::string out = slurp(dir + "/out.txt");
+  EXPECT_EQ(job_state(id), "COMPLETED") << out;
+  EXPECT_GE(released, 1u) << "the warning signal never stopped the training:\n" << out;
+  EXPECT_THAT(out, HasSubstr("on SIGUSR1, checkpoint in checkpoints/job-" + id));
+  EXPECT_THAT(out, HasSubstr("restart count 1"));
+  EXPECT_EQ(digests(out), std::set<std::string>{ref}) << out;
+}
+
+// In one allocation (one job id, so one checkpoint directory): a rank killed
+// at step 150 fails the step and leaves step 100's checkpoint; the next run
+// resumes from it and ends; a flipped byte in its newest checkpoint (step
+// 200) is refused naming the file and rank, and the run after resumes from
+// step 100 and ends with the same parameters.
+TEST(TorchResumeSystem, AKilledRankAndADamagedCheckpointFallBackToTheLastGoodOne) {
+  REQUIRE_CLUSTER();
+  std::string dir = job_dir("torch-resume-faults");
+  const std::string train =
+      "srun $PYTHON train.py --epochs 1 --batch-size 32 --log-every 50 --deterministic "
+      "--checkpoint-dir=checkpoints --checkpoint-every 100 --steps 250";
+  const std::string ck = "checkpoints/job-$SLURM_JOB_ID/step-200/rank-1.ckpt";
+  Result r = in_one_job(
+      dir, "export PYTHONPATH='" + env_or_empty("SLURMDDP_PYTHONPATH") +
+               "' PYTHON=/usr/bin/python3\n"
+               // (the watcher gives up when the step ended first: nothing hangs)
+               "(while [ ! -e killed.done ] && ! grep -q '^step 150$' killed.out 2>/dev/null; "
+               "do sleep 0.05; done; [ -e killed.done ] || "
+               "pkill -KILL -n -f 'train.py --epochs 1 --batch-size 32') &\n" +
+               train + " > killed.out 2>&1\necho \"killed=$?\"\ntouch killed.done\nwait\n" +
+               train + " > again.out 2>&1\necho \"again=$?\"\necho \"ckpt=" + ck + "\"\n" +
+               "printf '\\x7f' | dd of=" + ck + " bs=1 seek=100 conv=notrunc 2>/dev/null\n" +
+               train + " > flipped.out 2>&1\necho \"flipped=$?\"\n");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ContainsRegex("killed=[1-9]"));
+  std::string killed = slurp(dir + "/killed.out");
+  EXPECT_THAT(killed, HasSubstr("\nstep 150\n"));
+  EXPECT_TRUE(digests(killed).empty()) << killed;
+
+  EXPECT_THAT(r.out, HasSubstr("again=0"));
+  std::string again = slurp(dir + "/again.out");
+  EXPECT_THAT(again, ContainsRegex("resumed from checkpoints/job-[0-9]+/step-100 at step 100 "));
+  const auto want = digests(again);
+  EXPECT_EQ(want.size(), 1u) << again;
+
+  EXPECT_THAT(r.out, HasSubstr("flipped=0"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("ckpt=(\\S+)"))) << r.out;
+  const std::string victim = m[1].str();
+  std::string flipped = slurp(dir + "/flipped.out");
+  EXPECT_THAT(flipped, HasSubstr("refusing checkpoint " + fs::path(victim).parent_path().string() +
+                                 ": rank 1: checkpoint " + victim +
+                                 " is damaged: checksum mismatch"));
+  EXPECT_THAT(flipped, ContainsRegex("resumed from checkpoints/job-[0-9]+/step-100 at step 100 "));
+  EXPECT_EQ(digests(flipped), want) << flipped;
+}
+
+}  // namespace
+}  // namespace slurmddp::systest
+
+int main(int argc, char** argv) {
+  return slurmddp::systest::system_test_main(argc, argv);
+}
