@@ -105,13 +105,14 @@ def requeue_and_exit(group: Optional[Any] = None) -> None:
     says why on stderr and the ranks still exit with ``EXIT_REQUEUE``, so a
     batch script or ``RequeueExit=75`` can requeue instead.
     """
-    if dist.is_initialized():
-        if dist.get_rank() == 0:
-            try:
-                requeue()
-            except _core.Error as e:
-                print(f"slurmddp: {e}; exiting with {EXIT_REQUEUE} for the batch script to "
-                      f"requeue", file=sys.stderr, flush=True)
+    distributed = dist.is_available() and dist.is_initialized()
+    if not distributed or dist.get_rank() == 0:
+        try:
+            requeue()
+        except _core.Error as e:
+            print(f"slurmddp: {e}; exiting with {EXIT_REQUEUE} for the batch script to "
+                  f"requeue", file=sys.stderr, flush=True)
+    if distributed:
         dist.barrier(group=_cpu_group(group))
         dist.destroy_process_group()
     sys.stdout.flush()
@@ -171,7 +172,8 @@ class StopSignal:
     true, without communicating.
 
     A dead or stuck rank makes the check fail like any collective, within the
-    group's timeout. After a stop was agreed, ``close()`` (and exit) ignores the
+    group's timeout (``group``: a Gloo group over every rank; default as for
+    the Checkpointer). After a stop was agreed, ``close()`` (and exit) ignores the
     signals instead of restoring the old handlers: a second signal on the way
     out must not kill the process (Slurm sends SIGTERM to the others when one
     task exits).
@@ -321,7 +323,9 @@ class Checkpointer:
     is tried; when none is usable it raises ``slurmddp.Error``: never a silent
     fresh start.
 
-    ``run_id`` and ``restart_count`` name the run for loggers.
+    ``run_id`` and ``restart_count`` name the run for loggers. ``group``: a
+    Gloo group over every rank (default: the default group when it is Gloo,
+    else one made at the first use).
     """
 
     def __init__(self, directory: str = "checkpoints", *, keep: int = 2, scope: str = "rank0",

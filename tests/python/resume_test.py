@@ -231,6 +231,13 @@ except slurmddp.Error as e:
             "README)",
         ])
 
+    def test_requeue_and_exit_without_a_process_group_still_requeues_or_says_why(self):
+        r = subprocess.run([sys.executable, "-c", "import slurmddp; slurmddp.requeue_and_exit()"],
+                           capture_output=True, text=True, env=support.rank_env(0, 1, 1))
+        self.assertEqual(r.returncode, 75, r.stderr)
+        self.assertIn("requeue: SLURM_JOB_ID is not set", r.stderr)
+        self.assertIn("exiting with 75 for the batch script to requeue", r.stderr)
+
     def test_a_handler_installed_before_still_runs_and_an_agreed_stop_ignores_the_signals(self):
         code = r"""
 import os, signal, slurmddp, torch.distributed as d
