@@ -85,15 +85,17 @@ TEST(TorchResumeSystem, ScancelSignalMidEpochRequeuesAndResumesBitIdentical) {
   std::string out = slurp(dir + "/out.txt");
   EXPECT_EQ(job_state(id), "COMPLETED") << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(
-      out, m, std::regex("rank 0: stopped after step ([0-9]+) on SIGUSR1, checkpoint in "
-                         "checkpoints/job-" + id)))
+  ASSERT_TRUE(
+      std::regex_search(out, m,
+                        std::regex("rank 0: stopped after step ([0-9]+) on SIGUSR1, checkpoint in "
+                                   "checkpoints/job-" +
+                                   id)))
       << out;
   const std::string step = m[1].str();
   EXPECT_EQ(count(out, "stopped after step " + step + " on SIGUSR1"), 4u) << out;
   EXPECT_LT(std::stoi(step), 1876) << "stopped before the end";
-  EXPECT_THAT(out, HasSubstr("resumed from checkpoints/job-" + id + "/step-" + step +
-                             " at step " + step));
+  EXPECT_THAT(
+      out, HasSubstr("resumed from checkpoints/job-" + id + "/step-" + step + " at step " + step));
   EXPECT_THAT(out, HasSubstr("run " + id + ", restart count 1"));
   EXPECT_EQ(digests(out), std::set<std::string>{ref}) << out;
 }
@@ -142,8 +144,8 @@ TEST(TorchResumeSystem, AKilledRankAndADamagedCheckpointFallBackToTheLastGoodOne
                "(while [ ! -e killed.done ] && ! grep -q '^step 150$' killed.out 2>/dev/null; "
                "do sleep 0.05; done; [ -e killed.done ] || "
                "pkill -KILL -n -f 'train.py --epochs 1 --batch-size 32') &\n" +
-               train + " > killed.out 2>&1\necho \"killed=$?\"\ntouch killed.done\nwait\n" +
-               train + " > again.out 2>&1\necho \"again=$?\"\necho \"ckpt=" + ck + "\"\n" +
+               train + " > killed.out 2>&1\necho \"killed=$?\"\ntouch killed.done\nwait\n" + train +
+               " > again.out 2>&1\necho \"again=$?\"\necho \"ckpt=" + ck + "\"\n" +
                "printf '\\x7f' | dd of=" + ck + " bs=1 seek=100 conv=notrunc 2>/dev/null\n" +
                train + " > flipped.out 2>&1\necho \"flipped=$?\"\n");
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
@@ -163,9 +165,9 @@ TEST(TorchResumeSystem, AKilledRankAndADamagedCheckpointFallBackToTheLastGoodOne
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex("ckpt=(\\S+)"))) << r.out;
   const std::string victim = m[1].str();
   std::string flipped = slurp(dir + "/flipped.out");
-  EXPECT_THAT(flipped, HasSubstr("refusing checkpoint " + fs::path(victim).parent_path().string() +
-                                 ": rank 1: checkpoint " + victim +
-                                 " is damaged: checksum mismatch"));
+  EXPECT_THAT(flipped,
+              HasSubstr("refusing checkpoint " + fs::path(victim).parent_path().string() +
+                        ": rank 1: checkpoint " + victim + " is damaged: checksum mismatch"));
   EXPECT_THAT(flipped, ContainsRegex("resumed from checkpoints/job-[0-9]+/step-100 at step 100 "));
   EXPECT_EQ(digests(flipped), want) << flipped;
 }
