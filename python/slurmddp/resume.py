@@ -25,6 +25,7 @@ is Gloo, else one made for this at the first use).
 from __future__ import annotations
 
 import atexit
+import functools
 import io
 import os
 import re
@@ -146,14 +147,50 @@ _live_stops: "weakref.WeakSet[StopSignal]" = weakref.WeakSet()
 
 @atexit.register
 def _close_all_stops() -> None:
-    # A check still in flight at exit holds a tensor that torch's Gloo thread
-    # would free at interpreter teardown, waiting for the GIL that the
-    # teardown holds while it joins that thread: end it first.
     for s in list(_live_stops):
         try:
             s.close()
         except Exception:  # noqa: BLE001 (the process is exiting; the stop is moot)
             pass
+
+
+def _finish_checks() -> None:
+    for s in list(_live_stops):
+        try:
+            s._finish_check()
+        except Exception:  # noqa: BLE001 (a lost peer: the group is being destroyed anyway)
+            pass
+
+
+# Note [Checks in flight]
+#   should_stop() leaves one all-reduce in flight between checks. A torch Work
+#   still pending when its process group is destroyed is not safe to leave, and
+#   one freed by torch's Gloo thread during
+#   interpreter teardown waits for the GIL the teardown holds. So the check in
+#   flight is finished (its answer kept for the next should_stop) before
+#   torch.distributed.destroy_process_group runs, which is wrapped here for
+#   that, at exit, and when a StopSignal is dropped (a Work dropped unwaited
+#   ends the process in std::terminate at exit on torch 2.6, measured 4 in 24
+#   runs of a program whose StopSignal went out of scope with a check in flight).
+def _wrap_destroy() -> None:
+    from torch.distributed import distributed_c10d
+    original = distributed_c10d.destroy_process_group
+    if getattr(original, "_slurmddp_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        _finish_checks()
+        return original(*args, **kwargs)
+
+    destroy_process_group._slurmddp_wrapped = True  # type: ignore[attr-defined]
+    distributed_c10d.destroy_process_group = destroy_process_group
+    if getattr(dist, "destroy_process_group", None) is original:
+        dist.destroy_process_group = destroy_process_group
+
+
+if dist.is_available():
+    _wrap_destroy()
 
 
 class StopSignal:
@@ -189,6 +226,7 @@ class StopSignal:
             [int(s) for s in signals])
         self._group_arg = group
         self._pending: Optional[Tuple[Any, torch.Tensor]] = None
+        self._answer = 0  # of the last check finished early (Note [Checks in flight])
         self.stopped_at: Optional[int] = None
         _live_stops.add(self)
 
@@ -225,12 +263,8 @@ class StopSignal:
             return True
         if step % self.check_every != 0:
             return False
-        decided = 0
-        if self._pending is not None:
-            work, flag = self._pending
-            self._pending = None
-            work.wait()
-            decided = int(flag.item())
+        self._finish_check()
+        decided, self._answer = self._answer, 0
         if decided:
             handlers.agree(decided)
             self.stopped_at = step
@@ -241,18 +275,31 @@ class StopSignal:
         self._pending = (work, flag)
         return False
 
+    def _finish_check(self) -> None:
+        """Waits for the check in flight, if any, and keeps its answer."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            work, flag = pending
+            work.wait()
+            self._answer = int(flag.item())
+
     def close(self) -> None:
         """Waits for a check in flight, then restores the previous handlers (or
         ignores the signals once a stop was agreed)."""
         if self._handlers is None:
             return
-        pending, self._pending = self._pending, None
         try:
-            if pending is not None:
-                pending[0].wait()
+            self._finish_check()
         finally:
             self._handlers.close()
             self._handlers = None
+
+    def __del__(self) -> None:
+        # A Work dropped unwaited can end the process at exit (Note [Checks in flight]).
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (nothing to tell from a finalizer)
+            pass
 
     def __enter__(self) -> "StopSignal":
         return self

@@ -15,6 +15,9 @@ import support
 
 
 def ranks(world, *args, **env):
+    # env:// on a torch built without libuv (Debian 13's 2.6) needs USE_LIBUV=0,
+    # as the README tells its users.
+    env.setdefault("USE_LIBUV", "0")
     port = support.free_port()
     return support.start_ranks("resume_rank.py", range(world), world, port, args, **env)
 
@@ -252,7 +255,8 @@ os.kill(os.getpid(), signal.SIGTERM)  # ignored after the agreed stop
 print("alive")
 """
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env=support.rank_env(0, 1, support.free_port()), timeout=120)
+                           env=support.rank_env(0, 1, support.free_port(), USE_LIBUV="0"),
+                           timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.splitlines(), ["False True SIGUSR2 2", "True True", "alive"])
 
