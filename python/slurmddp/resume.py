@@ -149,7 +149,7 @@ _live_stops: "weakref.WeakSet[StopSignal]" = weakref.WeakSet()
 def _close_all_stops() -> None:
     for s in list(_live_stops):
         try:
-            s.close()
+            s._close(ignore=True)  # see StopSignal.__del__
         except Exception:  # noqa: BLE001 (the process is exiting; the stop is moot)
             pass
 
@@ -286,18 +286,28 @@ class StopSignal:
     def close(self) -> None:
         """Waits for a check in flight, then restores the previous handlers (or
         ignores the signals once a stop was agreed)."""
+        self._close(ignore=False)
+
+    def _close(self, ignore: bool) -> None:
         if self._handlers is None:
             return
         try:
             self._finish_check()
         finally:
-            self._handlers.close()
-            self._handlers = None
+            handlers, self._handlers = self._handlers, None
+            if ignore and not handlers.agreed_signal:
+                # the destructor then ignores the signals instead of restoring them
+                handlers.agree(handlers.local_signal or int(signal.SIGTERM))
+            handlers.close()
 
     def __del__(self) -> None:
-        # A Work dropped unwaited can end the process at exit (Note [Checks in flight]).
+        # Dropped, or the process is exiting (Note [Checks in flight]): the check
+        # in flight is finished, and a stop signal from now on is ignored: the
+        # training is over, and the default action would kill the process and
+        # fail a job whose work is done (a time-limit warning arriving as the
+        # last run of a requeued job ended did that).
         try:
-            self.close()
+            self._close(ignore=True)
         except Exception:  # noqa: BLE001 (nothing to tell from a finalizer)
             pass
 

@@ -253,12 +253,18 @@ with slurmddp.StopSignal() as stop:
 print(seen == [signal.SIGUSR2], signal.getsignal(signal.SIGUSR2) is not None)
 os.kill(os.getpid(), signal.SIGTERM)  # ignored after the agreed stop
 print("alive")
+def loop():
+    s = slurmddp.StopSignal([signal.SIGUSR1])
+    s.should_stop(1)  # a check in flight when it is dropped
+loop()
+os.kill(os.getpid(), signal.SIGUSR1)  # the training is over: ignored, not fatal
+print("done")
 """
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env=support.rank_env(0, 1, support.free_port(), USE_LIBUV="0"),
                            timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout.splitlines(), ["False True SIGUSR2 2", "True True", "alive"])
+        self.assertEqual(r.stdout.splitlines(), ["False True SIGUSR2 2", "True True", "alive", "done"])
 
 
 if __name__ == "__main__":
