@@ -48,18 +48,12 @@ __all__ = [
     "connect",
     "in_process_store",
     "rendezvous",
-    "EXIT_REQUEUE",
-    "Checkpointer",
-    "Resumed",
-    "StopSignal",
-    "requeue",
-    "requeue_and_exit",
-    "restart_count",
-    "run_id",
 ]
 
+# slurmddp.resume's names, served by __getattr__ below.
 _RESUME = ("EXIT_REQUEUE", "Checkpointer", "Resumed", "StopSignal", "requeue", "requeue_and_exit",
            "restart_count", "run_id")
+__all__ += _RESUME
 
 
 def __getattr__(name: str) -> Any:

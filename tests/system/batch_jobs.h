@@ -81,6 +81,23 @@ inline size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
+// Polls until the job has ended (true) or `limit` passed (false). Each time
+// the job is pending again after one more `stopped` line in its output (it
+// requeued itself), lets it start at once; `released` counts those times.
+inline bool finish_through_requeues(const std::string& id, const std::string& dir,
+                                    const std::string& stopped, std::chrono::seconds limit,
+                                    size_t& released) {
+  released = 0;
+  return poll_until(limit, [&] {
+    size_t stops = count(slurp(dir + "/out.txt"), stopped);
+    if (job_state(id) == "PENDING" && stops > released) {  // requeued: let it start now
+      run("scontrol update JobId=" + id + " StartTime=now");
+      released = stops;
+    }
+    return finished(id);
+  });
+}
+
 // Runs `body` (bash) in one allocation of 2 nodes x 2 tasks, so that its steps
 // share one job id and so one checkpoint directory.
 inline Result in_one_job(const std::string& dir, const std::string& body) {

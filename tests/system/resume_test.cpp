@@ -121,15 +121,9 @@ TEST(ResumeSystem, TimeLimitWarningStopsRequeuesAndResumesBitIdentical) {
   std::string dir = job_dir("resume-timelimit");
   std::string id = submit(dir, "--time=1 --signal=USR1@59", args);
   size_t released = 0;
-  ASSERT_TRUE(poll_until(std::chrono::seconds(600), [&] {
-    std::string out = slurp(dir + "/out.txt");
-    size_t stops = count(out, "rank 0: stopped after step");
-    if (job_state(id) == "PENDING" && stops > released) {  // requeued: let it start now
-      run("scontrol update JobId=" + id + " StartTime=now");
-      released = stops;
-    }
-    return finished(id);
-  })) << slurp(dir + "/out.txt");
+  ASSERT_TRUE(finish_through_requeues(id, dir, "rank 0: stopped after step",
+                                      std::chrono::seconds(600), released))
+      << slurp(dir + "/out.txt");
   std::string out = slurp(dir + "/out.txt");
   EXPECT_EQ(job_state(id), "COMPLETED") << out;
   EXPECT_GE(released, 1u) << "the warning signal never stopped the training:\n" << out;
