@@ -153,8 +153,8 @@ TEST(GpuBinding, TwoRanksOnOneGpuAreRefusedForNccl) {
   // Gloo works (the two ranks share the GPU's name only)
   auto gloo = runtime_step(args);
   EXPECT_EQ(gloo.size(), 2u);
-  Result r = run("SLURMDDP_BACKEND=nccl SLURMDDP_TIMEOUT=10s srun " + args + " " +
-                     env_or_empty("SLURMDDP_RUNTIME_PROBE"),
+  Result r = run("SLURMDDP_BACKEND=nccl SLURMDDP_TIMEOUT=10s srun --kill-on-bad-exit=0 " + args +
+                     " " + env_or_empty("SLURMDDP_RUNTIME_PROBE"),
                  std::chrono::seconds(60));
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("ranks 0 and 1 on node n1 are left on one GPU (1)"));

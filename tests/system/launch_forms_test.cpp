@@ -206,7 +206,7 @@ TEST(LaunchForms, RuntimeUnderTorchrunsStaticRendezvousFailsFastAndClearly) {
 
 TEST(LaunchForms, TorchrunLauncherWithTwoTasksPerNodeIsAClearError) {
   REQUIRE_CLUSTER();
-  Result r = run("srun -N 1 -n 2 --ddp-launcher=torchrun " + probe());
+  Result r = run("srun --kill-on-bad-exit=0 -N 1 -n 2 --ddp-launcher=torchrun " + probe());
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("--ddp-launcher=torchrun runs one torchrun per node"));
   EXPECT_THAT(r.err, HasSubstr("--ntasks-per-node=1"));
@@ -242,8 +242,8 @@ TEST(LaunchForms, ExportNoneAndExportVarKeepTheRendezvous) {
 
 TEST(LaunchForms, LostTokenIsRefusedUnlessOpenIsAllowed) {
   REQUIRE_CLUSTER();
-  Result r =
-      run("srun -N 2 -n 2 env -u SLURMDDP_TOKEN " + runtime_probe(), std::chrono::seconds(120));
+  Result r = run("srun --kill-on-bad-exit=0 -N 2 -n 2 env -u SLURMDDP_TOKEN " + runtime_probe(),
+                 std::chrono::seconds(120));
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("SLURMDDP_TOKEN is not set, but slurm-ddp's plugin announced"));
   EXPECT_THAT(r.err, HasSubstr("SLURMDDP_ALLOW_OPEN=1"));

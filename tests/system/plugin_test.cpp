@@ -325,7 +325,7 @@ TEST(PluginSystem, IfnameExportsSocketVariables) {
     EXPECT_EQ(t.at("GLOO_SOCKET_IFNAME"), "eth0");
     EXPECT_EQ(t.at("MASTER_ADDR"), "10.77.0.11");
   }
-  Result r = run("srun -N 2 -n 2 --ddp-ifname=ib7 " + probe());
+  Result r = run("srun --kill-on-bad-exit=0 -N 2 -n 2 --ddp-ifname=ib7 " + probe());
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("interface 'ib7' has no IP address"));
 }
@@ -339,10 +339,10 @@ TEST(PluginSystem, MultiHomedNodesChooseTheRendezvousNetwork) {
   {
     // n1 resolves to 127.0.1.1 and 10.77.0.11 on n1 (its own name maps to
     // 127.0.1.1 there), to 10.77.0.11 on n2: nothing in 10.78.0.0/24. Both
-    // nodes refuse the step; srun may end it before the first node's message
-    // arrives, so either node's view may be the one printed.
+    // nodes refuse the step (Slurm must not end it at the first, or both
+    // messages can be lost on their way to srun); either node's view matches.
     PlugstackArgs args("network=10.78.0.0/24");
-    Result r = run("srun -N 2 -n 2 " + probe());
+    Result r = run("srun --kill-on-bad-exit=0 -N 2 -n 2 " + probe());
     EXPECT_NE(r.rc, 0);
     EXPECT_THAT(r.err, HasSubstr("host 'n1' has no address in network 10.78.0.0/24"));
     EXPECT_THAT(r.err, ::testing::ContainsRegex("resolved=(127\\.0\\.1\\.1,)?10\\.77\\.0\\.11 "));
@@ -442,7 +442,7 @@ TEST(PluginSystem, InvalidPlugstackArgumentFailsTheStepNotTheNodes) {
   REQUIRE_CLUSTER();
   {
     PlugstackArgs args("colour=blue");
-    Result r = run("srun -N 2 -n 2 " + probe());
+    Result r = run("srun --kill-on-bad-exit=0 -N 2 -n 2 " + probe());
     EXPECT_NE(r.rc, 0);
     EXPECT_THAT(r.err, HasSubstr("unknown plugstack argument 'colour'"));
     EXPECT_THAT(r.err, HasSubstr("accepted keys: default, port_range"));
@@ -450,7 +450,7 @@ TEST(PluginSystem, InvalidPlugstackArgumentFailsTheStepNotTheNodes) {
   }
   {
     PlugstackArgs args("port_range=9-1");
-    Result r = run("srun -N 2 -n 2 " + probe());
+    Result r = run("srun --kill-on-bad-exit=0 -N 2 -n 2 " + probe());
     EXPECT_NE(r.rc, 0);
     EXPECT_THAT(r.err, HasSubstr("invalid plugstack argument port_range='9-1'"));
     expect_nodes_idle();

@@ -121,8 +121,8 @@ TEST(RuntimeSystem, InitWithoutThePluginFromBareSlurmVariables) {
 
 TEST(RuntimeSystem, WrongTaskCountForAFixedWorldSizeIsAClearError) {
   REQUIRE_CLUSTER();
-  Result r =
-      run("srun -N 2 -n 3 " + runtime_probe() + " --expect-world 4", std::chrono::seconds(120));
+  Result r = run("srun --kill-on-bad-exit=0 -N 2 -n 3 " + runtime_probe() + " --expect-world 4",
+                 std::chrono::seconds(120));
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("needs WORLD_SIZE=4 but the step has WORLD_SIZE=3"));
 }

@@ -82,8 +82,8 @@ TEST(TrainSystem, EightRanksEqualOneProcessWithEightTimesTheBatch) {
 
 TEST(TrainSystem, MissingDatasetIsAClearError) {
   REQUIRE_CLUSTER();
-  Result r =
-      run("srun -n 2 " + train() + " --data=/nonexistent --steps=1", std::chrono::seconds(120));
+  Result r = run("srun --kill-on-bad-exit=0 -n 2 " + train() + " --data=/nonexistent --steps=1",
+                 std::chrono::seconds(120));
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err,
               HasSubstr("failed to open dataset file /nonexistent/train-images-idx3-ubyte.gz"));
