@@ -31,6 +31,7 @@
 #include "gpu_test_main.h"
 #include "gpu_values.h"
 #include "probe_verdict.h"
+#include "signalling_nccl.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
@@ -580,9 +581,10 @@ TEST(Single, GradSyncStepLeavesOtherCollectivesOrderedAfterTheComputeStream) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
   NcclOptions o = single_rank();
   o.compute_stream = compute;
-  std::shared_ptr<Communicator> comm = make_nccl_communicator(o);
+  auto signalling = std::make_shared<SignallingNccl>(make_nccl_communicator(o));
+  std::shared_ptr<Communicator> comm = signalling;
   NcclCommunicator* nccl = as_nccl_communicator(comm.get());
-  ASSERT_NE(nccl, nullptr);
+  ASSERT_EQ(nccl, signalling.get());
   const size_t n = 4096;
   DeviceBuffer data(n * 4);
   DeviceBuffer grad(n * 4);
@@ -602,7 +604,8 @@ TEST(Single, GradSyncStepLeavesOtherCollectivesOrderedAfterTheComputeStream) {
   GradSync sync(comm, {p}, go);
   ASSERT_EQ(cudaMemsetAsync(grad.get(), 0x02, n * 4, compute), cudaSuccess);
   sync.mark_ready(0);
-  std::this_thread::sleep_for(milliseconds(100));  // the bucket's allreduce is issued by now
+  ASSERT_TRUE(signalling->await_allreduces(1, milliseconds(30000)))
+      << "GradSync never issued the bucket's allreduce";
   EXPECT_EQ(nccl->compute_stream(), compute) << "a step changed the communicator's compute stream";
   // Other code's collective, on data the compute stream writes after a delay.
   ASSERT_EQ(cudaLaunchHostFunc(compute, sleep_200ms, nullptr), cudaSuccess);

@@ -6,11 +6,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
@@ -43,6 +44,53 @@ std::string where(int rank) {
   return "rank=" + std::to_string(rank) + ", host=h, pid=1";
 }
 
+// A store that tells the test when someone starts reading a key: the read of
+// a key nobody has written blocks, so "rank 1 waits" is an event, not a sleep.
+class ReadSignallingStore : public Store {
+ public:
+  explicit ReadSignallingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+
+  // Blocks until some thread has called get(key); false after `limit`.
+  bool await_read_of(const std::string& key, Millis limit) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, limit, [&] {
+      for (const auto& k : reads_) {
+        if (k == key) return true;
+      }
+      return false;
+    });
+  }
+  std::vector<std::string> reads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reads_;
+  }
+
+  void set(const std::string& key, const Bytes& value) override { inner_->set(key, value); }
+  Bytes get(const std::string& key, Millis timeout) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_.push_back(key);
+    }
+    cv_.notify_all();
+    return inner_->get(key, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
+    return inner_->compare_set(key, expected, desired);
+  }
+  void wait(const std::vector<std::string>& keys, Millis timeout) override {
+    inner_->wait(keys, timeout);
+  }
+  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
+  bool erase(const std::string& key) override { return inner_->erase(key); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> reads_;
+};
+
 // One rank's whole rendezvous (announce, exchange); rank 0 publishes `root_id`.
 NcclUniqueId join(const NcclOptions& o, NcclUniqueId root_id,
                   std::chrono::milliseconds budget = 10s) {
@@ -65,7 +113,7 @@ TEST(NcclIdExchange, EveryRankGetsRankZerosId) {
 // prefix. A rank that arrives before rank 0 must wait for the new id instead
 // of reading the first communicator's.
 TEST(NcclIdExchange, ReusedPrefixNeverGivesThePreviousId) {
-  auto store = make_in_process_store();
+  auto store = std::make_shared<ReadSignallingStore>(make_in_process_store());
   const NcclUniqueId first = id_of(1);
   const NcclUniqueId second = id_of(2);
   {
@@ -73,14 +121,15 @@ TEST(NcclIdExchange, ReusedPrefixNeverGivesThePreviousId) {
     EXPECT_EQ(join(options(store, 0, 2), first), first);
     EXPECT_EQ(r1.get(), first);
   }
-  std::atomic<bool> returned{false};
-  auto r1 = std::async(std::launch::async, [&] {
-    const NcclUniqueId got = join(options(store, 1, 2), {});
-    returned = true;
-    return got;
-  });
-  std::this_thread::sleep_for(100ms);
-  EXPECT_FALSE(returned.load()) << "rank 1 did not wait for rank 0's second id";
+  auto r1 = std::async(std::launch::async, [&] { return join(options(store, 1, 2), {}); });
+  // Rank 1 reads the second generation's id (not yet written, so it waits);
+  // only then does rank 0 arrive. A rank 1 that read the first id would have
+  // returned it without asking for this key.
+  ASSERT_TRUE(store->await_read_of("t/nccl/2/unique_id", 10s))
+      << "rank 1 never asked for the second generation's id; it read: "
+      << ::testing::PrintToString(store->reads());
+  EXPECT_EQ(r1.wait_for(0s), std::future_status::timeout)
+      << "rank 1 did not wait for rank 0's second id";
   EXPECT_EQ(join(options(store, 0, 2), second), second);
   EXPECT_EQ(r1.get(), second);
 }
