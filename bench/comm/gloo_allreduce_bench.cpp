@@ -271,12 +271,12 @@ int environment_worker(const Config& c) {
   std::vector<std::string> preamble = {
       "slurm-ddp allreduce benchmark: init() under the launcher "
       "(bench/comm/gloo_allreduce_bench --from-environment)",
-      "backend " + std::string(pg->comm()->backend()) + ", " + std::to_string(id.world_size) +
-          " ranks on " + std::to_string(id.num_nodes) + " node(s), " +
-          std::to_string(id.local_world_size) + " on rank 0's node, timeout " +
+      "backend " + std::string(to_string(pg->comm()->backend())) + ", " +
+          std::to_string(id.world_size) + " ranks on " + std::to_string(id.num_nodes) +
+          " node(s), " + std::to_string(id.local_world_size) + " on rank 0's node, timeout " +
           std::to_string(c.timeout_ms) + " ms, SLURMDDP_SHM=" + (shm != nullptr ? shm : "<unset>"),
   };
-  if (std::string(pg->comm()->backend()) == "gloo") {
+  if (pg->comm()->backend() == Backend::kGloo) {
     preamble.push_back(algorithms_line(GlooOptions{}.small_max_bytes));
   }
   const int rc = measure(c, *pg->comm(), preamble);

@@ -33,7 +33,7 @@ std::string host_name() {
 
 // The communicator in words, e.g. "gloo on the host" or "nccl on cuda:1".
 std::string describe_comm(slurmddp::Communicator& comm) {
-  std::string s = std::string(comm.backend()) + " on ";
+  std::string s = std::string(to_string(comm.backend())) + " on ";
   if (comm.device() == slurmddp::DeviceKind::kHost) return s + "the host";
   auto* nccl = slurmddp::as_nccl_communicator(&comm);
   return s + (nccl != nullptr ? "cuda:" + std::to_string(nccl->cuda_device()) : "a CUDA device");
@@ -41,11 +41,12 @@ std::string describe_comm(slurmddp::Communicator& comm) {
 
 [[noreturn]] void refuse(DeviceOption option, slurmddp::ProcessGroup& pg,
                          const std::string& cause) {
-  throw slurmddp::Error(
-      "train: failed to use --device=" + std::string(to_string(option)) + ": " + cause +
-      "; backend=" + pg.comm()->backend() + ", " + env_assignment("CUDA_VISIBLE_DEVICES") + ", " +
-      env_assignment("SLURMDDP_BACKEND") + ", rank=" + std::to_string(pg.identity().rank) +
-      ", host=" + host_name() + ", pid=" + std::to_string(getpid()));
+  throw slurmddp::Error("train: failed to use --device=" + std::string(to_string(option)) + ": " +
+                        cause + "; backend=" + std::string(to_string(pg.comm()->backend())) + ", " +
+                        env_assignment("CUDA_VISIBLE_DEVICES") + ", " +
+                        env_assignment("SLURMDDP_BACKEND") +
+                        ", rank=" + std::to_string(pg.identity().rank) + ", host=" + host_name() +
+                        ", pid=" + std::to_string(getpid()));
 }
 
 }  // namespace

@@ -329,7 +329,8 @@ int run(const Options& o) {
       "rank %d/%d on %s: MASTER_ADDR=%s MASTER_PORT=%u LOCAL_RANK=%d/%d NODE_RANK=%d "
       "backend=%s device=%s\n",
       id.rank, id.world_size, host != nullptr ? host : "?", id.master_addr.c_str(), id.master_port,
-      id.local_rank, id.local_world_size, id.node_rank, comm.backend(), device.describe().c_str());
+      id.local_rank, id.local_world_size, id.node_rank, to_string(comm.backend()),
+      device.describe().c_str());
   std::fflush(stdout);
 
   train::Dataset train_set = train::load_fashion_mnist(o.data, true);

@@ -42,7 +42,7 @@ void allreduce_sum(slurmddp::Communicator& comm, void* data, size_t count, slurm
   (void)type;
   (void)timeout;
   throw slurmddp::Error("train: failed to sum the epoch's statistics: the communicator (" +
-                        std::string(comm.backend()) +
+                        std::string(to_string(comm.backend())) +
                         ") reduces device memory only and this build of train has no CUDA; rank=" +
                         std::to_string(comm.rank()));
 #endif

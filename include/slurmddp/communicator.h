@@ -1,10 +1,30 @@
 // Collective communication between the ranks of a process group.
 //
-// Every rank must issue the same collectives in the same order with matching
-// counts and types (as with MPI, NCCL and c10d). Operations are asynchronous:
-// each returns a Work handle; operations of one communicator run in issue order.
-// After any failure (peer lost, timeout, protocol error) the communicator is
-// broken: the failing Work and every later operation throw the same error.
+// The contract every backend keeps (gloo_communicator.h, nccl_communicator.h
+// and mpi_communicator.h add only what is theirs):
+//  - Order: every rank must issue the same collectives in the same order with
+//    matching counts and types (as with MPI, NCCL and c10d). Operations of one
+//    communicator run in issue order.
+//  - Blocking: an operation call returns a Work handle without waiting for the
+//    operation to finish (a backend may finish it inside the call: MPI below
+//    MPI_THREAD_MULTIPLE); issuing blocks at most the communicator's
+//    timeout(). Buffers must stay valid and untouched until the Work completed.
+//    Only Work::wait blocks for completion, and never longer than its timeout
+//    plus the backend's short failure diagnosis.
+//  - Thread safety: any thread may issue operations and wait on or test any
+//    Work; operations issued concurrently from several threads run in the
+//    order the communicator received them, which must then be the same on
+//    every rank (serialize such threads yourself when it is not). The one
+//    exception: an MPI communicator below MPI_THREAD_MULTIPLE runs each
+//    operation inside the issuing call, so only one thread may issue at a
+//    time (mpi_communicator.h). The accessors (rank, size, backend, device,
+//    timeout) are always safe.
+//  - Failure: after any failure (peer lost, timeout, protocol error) the
+//    communicator is broken: the failing Work and every later operation throw
+//    the same error (PeerError, TimeoutError, ProtocolError from error.h). It
+//    cannot be repaired; make a new one.
+//  - Destruction waits for the operations in flight (at most timeout()), then
+//    fails the queued ones.
 #pragma once
 
 #include <chrono>
@@ -17,6 +37,12 @@
 
 #include "slurmddp/timeout.h"
 
+// The types behind cudaStream_t and cudaEvent_t, declared here so that the
+// public headers do not need the CUDA headers: a cudaStream_t converts to
+// CudaStream and back, a cudaEvent_t to CudaEvent.
+struct CUstream_st;
+struct CUevent_st;
+
 // The installed API is what libslurmddp exports; everything else is hidden.
 #pragma GCC visibility push(default)
 
@@ -25,10 +51,19 @@ namespace slurmddp {
 enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64 };
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 enum class DeviceKind { kHost, kCuda };
+// Which library moves the data. kAuto appears only in InitOptions: init()
+// resolves it (docs/cpp-api.md, "How init() chooses the backend"); a
+// communicator's backend() is never kAuto.
+enum class Backend { kAuto, kGloo, kNccl, kMpi };
+
+using CudaStream = CUstream_st*;
+using CudaEvent = CUevent_st*;
 
 size_t element_size(DataType t);
 const char* to_string(DataType t);
 const char* to_string(ReduceOp op);
+const char* to_string(DeviceKind kind);  // "host", "cuda"
+const char* to_string(Backend backend);  // "auto", "gloo", "nccl", "mpi"
 
 // Storage of the 16-bit float types for the typed calls below: the bits as
 // IEEE binary16 and bfloat16 (the runtime converts, it never computes on them).
@@ -93,8 +128,8 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* backend() const = 0;  // "gloo", "nccl"
-  virtual DeviceKind device() const = 0;    // where buffers must live
+  virtual Backend backend() const = 0;    // to_string(backend()) for messages
+  virtual DeviceKind device() const = 0;  // where buffers must live
   // The timeout used by the blocking helpers and by the backend's own I/O.
   virtual std::chrono::milliseconds timeout() const = 0;
 

@@ -27,9 +27,6 @@
 //    (integers truncate toward zero); integer sums wrap around.
 //  - allgather: send and recv must not overlap, except send == recv + rank * count
 //    (in place). reduce_scatter: recv must not overlap send.
-//  - Thread safety: any thread may issue operations; operations issued
-//    concurrently from several threads run in the order the communicator
-//    received them, which must be the same on every rank.
 //  - The destructor waits for the operation in flight (at most `timeout`),
 //    fails the queued ones and closes the connections.
 #pragma once

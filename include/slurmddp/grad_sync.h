@@ -114,10 +114,10 @@ struct GradSyncOptions {
   bool broadcast_parameters = true;
   // Bound on every wait for a collective; zero: the communicator's timeout().
   std::chrono::milliseconds timeout{0};
-  // CUDA only: the stream (a cudaStream_t, of the communicator's GPU) on which
-  // backward produces the gradients and later kernels consume them. Null: the
-  // legacy default stream.
-  void* cuda_stream = nullptr;
+  // CUDA only: the stream (of the communicator's GPU) on which backward
+  // produces the gradients and later kernels consume them. Null: the legacy
+  // default stream.
+  CudaStream cuda_stream = nullptr;
 };
 
 // One bucket of the plan, for inspection.

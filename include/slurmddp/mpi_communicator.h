@@ -23,7 +23,8 @@
 //   srun, Slurm then ends the step; a dead peer usually ends it first). With
 //   MPI_THREAD_MULTIPLE the operations run on a worker thread, as Gloo's do
 //   (overlap with computation, GradSync's buckets in flight); with a lower
-//   thread level each operation completes inside the call that issues it.
+//   thread level each operation completes inside the call that issues it, and
+//   only one thread may issue at a time (MPI itself is not thread-safe then).
 //   float16/bfloat16 are reduced in float32 (Note [16-bit reductions]); avg is
 //   sum, then divide by the size.
 #pragma once

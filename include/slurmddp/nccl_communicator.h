@@ -66,9 +66,6 @@
 //    `timeout` plus the watchdog's period (at most 100 ms) and the time
 //    ncclCommAbort takes. Issuing blocks only while NCCL queues the operation
 //    (on first use it may connect to peers), at most `timeout`.
-//  - Thread safety: any thread may issue operations and wait on Works;
-//    operations issued concurrently from several threads run in the order the
-//    communicator received them, which must be the same on every rank.
 //  - The destructor waits for in-flight operations (at most `timeout`), then
 //    finalizes and destroys the NCCL communicator; a broken one is aborted.
 #pragma once
@@ -86,19 +83,10 @@
 #include "slurmddp/store.h"
 #include "slurmddp/timeout.h"
 
-// The type behind cudaStream_t, declared here so that this header does not
-// need the CUDA headers: a cudaStream_t converts to CudaStream and back.
-struct CUstream_st;
-struct CUevent_st;
-
 // The installed API is what libslurmddp exports; everything else is hidden.
 #pragma GCC visibility push(default)
 
 namespace slurmddp {
-
-using CudaStream = CUstream_st*;
-// A cudaEvent_t, declared the same way.
-using CudaEvent = CUevent_st*;
 
 // NCCL_UNIQUE_ID_BYTES (checked against nccl.h where the library is built).
 inline constexpr size_t kNcclUniqueIdBytes = 128;
@@ -225,7 +213,7 @@ class NcclCommunicator : public Communicator {
 // Creates this rank's communicator (blocking until every rank joined, see
 // above). Throws InvalidArgument, CudaError, NcclError, TimeoutError or
 // PeerError (store lost). In a build without NCCL it throws Error saying so.
-std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options);
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclOptions& options);
 
 // The NCCL surface of a communicator made by make_nccl_communicator; nullptr
 // for any other communicator.

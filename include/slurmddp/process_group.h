@@ -38,7 +38,6 @@
 
 namespace slurmddp {
 
-enum class Backend { kAuto, kGloo, kNccl, kMpi };
 enum class Bootstrap { kAuto, kTcp, kPmix };
 
 struct InitOptions {

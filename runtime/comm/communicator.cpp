@@ -32,6 +32,24 @@ const char* to_string(ReduceOp op) {
   return "unknown";
 }
 
+const char* to_string(DeviceKind kind) {
+  return kind == DeviceKind::kCuda ? "cuda" : "host";
+}
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::kGloo:
+      return "gloo";
+    case Backend::kNccl:
+      return "nccl";
+    case Backend::kMpi:
+      return "mpi";
+    case Backend::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 #if !SLURMDDP_HAVE_GLOO
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options) {
   throw Error(

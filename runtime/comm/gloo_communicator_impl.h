@@ -52,7 +52,7 @@ class GlooCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  const char* backend() const override { return "gloo"; }
+  Backend backend() const override { return Backend::kGloo; }
   DeviceKind device() const override { return DeviceKind::kHost; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 

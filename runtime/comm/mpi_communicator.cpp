@@ -118,7 +118,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  const char* backend() const override { return "mpi"; }
+  Backend backend() const override { return Backend::kMpi; }
   DeviceKind device() const override { return DeviceKind::kHost; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 

@@ -307,11 +307,11 @@ void NcclCommunicatorImpl::watchdog_main() {
 
 }  // namespace comm
 
-std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options) {
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclOptions& options) {
   return comm::make_nccl_communicator(options, nullptr);
 }
 
-std::unique_ptr<Communicator> comm::make_nccl_communicator(
+std::unique_ptr<NcclCommunicator> comm::make_nccl_communicator(
     const NcclOptions& options, std::shared_ptr<membership::Membership> group) {
   using comm::where_text;
   const std::string where = where_text(options.rank, options.size, -1);

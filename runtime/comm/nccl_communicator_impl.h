@@ -45,7 +45,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  const char* backend() const override { return "nccl"; }
+  Backend backend() const override { return Backend::kNccl; }
   DeviceKind device() const override { return DeviceKind::kCuda; }
   milliseconds timeout() const override { return timeout_; }
 

@@ -5,11 +5,11 @@
 
 namespace slurmddp {
 
-std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options) {
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclOptions& options) {
   return comm::make_nccl_communicator(options, nullptr);
 }
 
-std::unique_ptr<Communicator> comm::make_nccl_communicator(
+std::unique_ptr<NcclCommunicator> comm::make_nccl_communicator(
     const NcclOptions& options, std::shared_ptr<membership::Membership> /*group*/) {
   throw Error(
       "nccl: failed to create a communicator: slurm-ddp was built without NCCL "

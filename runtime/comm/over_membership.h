@@ -32,7 +32,7 @@ inline const std::vector<std::string> kGlooAgreedFields = {"wmem_max"};
 // `group` completed (or null: the communicator joins its own on
 // options.prefix, Note [Rendezvous generations]); NCCL's unique id then lives
 // under the group's key "nccl/unique_id".
-std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options,
-                                                     std::shared_ptr<membership::Membership> group);
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(
+    const NcclOptions& options, std::shared_ptr<membership::Membership> group);
 
 }  // namespace slurmddp::comm

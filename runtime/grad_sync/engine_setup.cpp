@@ -38,10 +38,6 @@ DataType wire_type_for(DataType bucket, Compression c) {
   return bucket;
 }
 
-const char* kind_name(DeviceKind k) {
-  return k == DeviceKind::kHost ? "host" : "cuda";
-}
-
 }  // namespace
 
 // ---- construction --------------------------------------------------------------
@@ -132,7 +128,7 @@ GradSync::Impl::Impl(std::shared_ptr<Communicator> comm, std::vector<GradParamet
                      "ready: parameters=" << params_.size() << ", buckets=" << nb
                                           << ", compression=" << to_string(options_.compression)
                                           << ", views=" << options_.gradient_as_bucket_view
-                                          << ", device=" << kind_name(comm_->device()));
+                                          << ", device=" << to_string(comm_->device()));
 }
 
 std::string GradSync::Impl::where() const {
@@ -156,9 +152,9 @@ std::string GradSync::Impl::validate_locally() {
     }
     if (p.device != comm_->device()) {
       return head + who +
-             "is not where the communicator's buffers live; device=" + kind_name(p.device) +
-             ", communicator=" + comm_->backend() + " (" + kind_name(comm_->device()) + ")" +
-             where();
+             "is not where the communicator's buffers live; device=" + to_string(p.device) +
+             ", communicator=" + to_string(comm_->backend()) + " (" + to_string(comm_->device()) +
+             ")" + where();
     }
     if (p.count == 0) {
       continue;

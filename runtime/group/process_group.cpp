@@ -106,20 +106,6 @@ struct BackendChoice {
   std::string why;
 };
 
-const char* backend_name(Backend b) {
-  switch (b) {
-    case Backend::kNccl:
-      return "nccl";
-    case Backend::kGloo:
-      return "gloo";
-    case Backend::kMpi:
-      return "mpi";
-    case Backend::kAuto:
-      break;
-  }
-  return "auto";
-}
-
 // The task's GPUs as PCI bus ids when the CUDA runtime sees as many as the GPU
 // variable lists (Note [Node GPUs]), else the variable's entries.
 std::vector<std::string> physical_gpus(const ProcessIdentity& id) {
@@ -174,7 +160,7 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id,
     j.fields = {{"device", std::to_string(id.local_device.value_or(-1))}};
   }
   j.fields.insert(j.fields.end(), gpu_fields.begin(), gpu_fields.end());
-  j.fields.emplace_back("backend", backend_name(backend));
+  j.fields.emplace_back("backend", to_string(backend));
   j.fields.emplace_back("backend_why", choice.why);
   j.agree_equal = {"backend"};
   try {
@@ -250,7 +236,7 @@ template <typename E>
 
 BackendChoice choose_backend(const InitOptions& options, const ProcessIdentity& id) {
   BackendChoice c{options.backend,
-                  std::string("InitOptions::backend=") + backend_name(options.backend)};
+                  std::string("InitOptions::backend=") + to_string(options.backend)};
   if (c.backend == Backend::kAuto) {
     if (auto v = getenv_opt("SLURMDDP_BACKEND")) {
       c.why = "SLURMDDP_BACKEND=" + *v;
@@ -416,7 +402,7 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
   const std::chrono::milliseconds timeout = timeout_from_environment(options.timeout);
   const Bootstrap bootstrap = bootstrap_from_environment(options.bootstrap);
   const BackendChoice choice = choose_backend(options, id);
-  SLURMDDP_LOG_INFO(kComponent, id.describe() << " backend " << backend_name(choice.backend) << " ("
+  SLURMDDP_LOG_INFO(kComponent, id.describe() << " backend " << to_string(choice.backend) << " ("
                                               << choice.why << ") bootstrap "
                                               << (bootstrap == Bootstrap::kPmix ? "pmix" : "tcp"));
 

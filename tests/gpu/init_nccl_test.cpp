@@ -47,7 +47,7 @@ TEST(InitNccl, OneRankGetsTheNcclCommunicatorOnItsLocalDevice) {
 
   std::unique_ptr<ProcessGroup> pg = init();
   ASSERT_NE(pg, nullptr);
-  EXPECT_STREQ(pg->comm()->backend(), "nccl");
+  EXPECT_EQ(pg->comm()->backend(), Backend::kNccl);
   EXPECT_EQ(pg->comm()->device(), DeviceKind::kCuda);
   ASSERT_TRUE(pg->identity().local_device.has_value());
   EXPECT_EQ(*pg->identity().local_device, device);

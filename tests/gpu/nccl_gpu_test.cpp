@@ -406,7 +406,7 @@ std::string joined(const std::vector<std::string>& lines) {
 
 TEST(Single, EveryCollectiveTypeOpAndCount) {
   auto comm = make_nccl_communicator(single_rank());
-  EXPECT_STREQ(comm->backend(), "nccl");
+  EXPECT_EQ(comm->backend(), Backend::kNccl);
   EXPECT_EQ(comm->device(), DeviceKind::kCuda);
   const auto failures = check_collectives(*comm, CheckOptions{});
   EXPECT_TRUE(failures.empty()) << joined(failures);
@@ -490,8 +490,7 @@ TEST(Single, WaitsForTheComputeStream) {
   NcclOptions o = single_rank();
   o.compute_stream = compute;
   auto comm = make_nccl_communicator(o);
-  NcclCommunicator* nccl = as_nccl_communicator(comm.get());
-  ASSERT_NE(nccl, nullptr);
+  NcclCommunicator* nccl = comm.get();
   EXPECT_EQ(nccl->compute_stream(), compute);
   const size_t count = size_t{1} << 20;
   DeviceBuffer send(count * 4);
@@ -531,8 +530,7 @@ TEST(Single, PerOperationEventOrderLeavesTheComputeStreamAlone) {
   NcclOptions o = single_rank();
   o.compute_stream = compute;
   auto comm = make_nccl_communicator(o);
-  NcclCommunicator* nccl = as_nccl_communicator(comm.get());
-  ASSERT_NE(nccl, nullptr);
+  NcclCommunicator* nccl = comm.get();
   const size_t count = size_t{1} << 20;
   DeviceBuffer send(count * 4);
   DeviceBuffer recv(count * 4);
@@ -635,8 +633,7 @@ TEST(Single, PerOperationStreamOrderWaitsForThatStream) {
   NcclOptions o = single_rank();
   o.order_after_compute_stream = false;  // only the operation's own order applies
   auto comm = make_nccl_communicator(o);
-  NcclCommunicator* nccl = as_nccl_communicator(comm.get());
-  ASSERT_NE(nccl, nullptr);
+  NcclCommunicator* nccl = comm.get();
   const size_t count = size_t{1} << 20;
   DeviceBuffer send(count * 4);
   DeviceBuffer recv(count * 4);
@@ -660,8 +657,7 @@ TEST(Single, PerOperationStreamOrderWaitsForThatStream) {
 TEST(Single, WaitOnStreamOrdersAConsumer) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   auto comm = make_nccl_communicator(single_rank());
-  NcclCommunicator* nccl = as_nccl_communicator(comm.get());
-  ASSERT_NE(nccl, nullptr);
+  NcclCommunicator* nccl = comm.get();
   EXPECT_EQ(nccl->cuda_device(), 0);
   EXPECT_NE(nccl->stream(), nullptr);
   EXPECT_GE(nccl->nccl_version(), 21400);

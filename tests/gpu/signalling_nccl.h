@@ -13,8 +13,8 @@ namespace slurmddp::gpu_testing {
 
 class SignallingNccl : public NcclCommunicator {
  public:
-  explicit SignallingNccl(std::unique_ptr<Communicator> inner)
-      : owner_(std::move(inner)), inner_(as_nccl_communicator(owner_.get())) {}
+  explicit SignallingNccl(std::unique_ptr<NcclCommunicator> inner)
+      : owner_(std::move(inner)), inner_(owner_.get()) {}
 
   NcclCommunicator* inner() const { return inner_; }
 
@@ -27,7 +27,7 @@ class SignallingNccl : public NcclCommunicator {
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  const char* backend() const override { return inner_->backend(); }
+  Backend backend() const override { return inner_->backend(); }
   DeviceKind device() const override { return inner_->device(); }
   std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
 
@@ -82,7 +82,7 @@ class SignallingNccl : public NcclCommunicator {
     return work;
   }
 
-  std::unique_ptr<Communicator> owner_;
+  std::unique_ptr<NcclCommunicator> owner_;
   NcclCommunicator* inner_;
   std::mutex mu_;
   std::condition_variable cv_;

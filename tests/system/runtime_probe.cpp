@@ -151,8 +151,8 @@ int main(int argc, char** argv) {
         "host=%s gpu=%s\n",
         id.rank, w, id.local_rank, id.local_world_size, id.node_rank,
         slurmddp::to_string(id.source),
-        pg->bootstrap() == slurmddp::Bootstrap::kPmix ? "pmix" : "tcp", comm.backend(), host,
-        gpu.c_str());
+        pg->bootstrap() == slurmddp::Bootstrap::kPmix ? "pmix" : "tcp",
+        slurmddp::to_string(comm.backend()), host, gpu.c_str());
     std::fflush(stdout);
     pg->shutdown();
   } catch (const std::exception& e) {

@@ -304,7 +304,7 @@ int run_rank(const Args& a, int devices) {
   o.prefix = "bench/nccl";
   o.timeout = std::chrono::milliseconds(a.timeout_ms);
   auto comm = slurmddp::make_nccl_communicator(o);
-  auto* nccl = slurmddp::as_nccl_communicator(comm.get());
+  slurmddp::NcclCommunicator* nccl = comm.get();
   const std::chrono::milliseconds wait_limit(a.timeout_ms);
   RawNccl raw;
   if (a.raw) raw = RawNccl(store.get(), rank, size, wait_limit);

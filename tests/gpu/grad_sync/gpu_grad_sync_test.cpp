@@ -91,7 +91,7 @@ class CudaFacade final : public Communicator {
   explicit CudaFacade(std::shared_ptr<Communicator> host) : host_(std::move(host)) {}
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
-  const char* backend() const override { return "fake-cuda"; }
+  Backend backend() const override { return Backend::kNccl; }  // a CUDA one
   DeviceKind device() const override { return DeviceKind::kCuda; }
   std::chrono::milliseconds timeout() const override { return host_->timeout(); }
 

@@ -48,8 +48,8 @@ int collectives() {
       id.node_rank >= id.num_nodes || pg->store() != nullptr) {
     wrong("identity: " + id.describe());
   }
-  if (std::string(pg->comm()->backend()) != "mpi")
-    wrong("backend " + std::string(pg->comm()->backend()));
+  if (pg->comm()->backend() != Backend::kMpi)
+    wrong(std::string("backend ") + to_string(pg->comm()->backend()));
   // GradSync: rank r's gradient is r + i; the average is (n - 1) / 2 + i.
   std::vector<float> w(1000, 0.0f), g(1000);
   for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(r) + static_cast<float>(i);
@@ -132,7 +132,7 @@ int backend() {
   std::vector<int64_t> x(10, pg->rank());
   pg->comm()->allreduce(x.data(), x.size(), DataType::kInt64, ReduceOp::kMax)->wait();
   if (x[0] != pg->size() - 1) wrong("allreduce max gave " + std::to_string(x[0]));
-  say("RESULT ok backend=" + std::string(pg->comm()->backend()) +
+  say("RESULT ok backend=" + std::string(to_string(pg->comm()->backend())) +
       " world=" + std::to_string(pg->size()));
   pg->shutdown();
   return 0;  // the group finalizes MPI, which it initialized

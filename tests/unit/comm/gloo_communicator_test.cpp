@@ -74,7 +74,7 @@ TEST_P(WorldSize, AllreduceEveryTypeOpAndCount) {
   const int n = GetParam();
   run_group(n, [&](Communicator& c) {
     EXPECT_EQ(c.size(), n);
-    EXPECT_STREQ(c.backend(), "gloo");
+    EXPECT_EQ(c.backend(), Backend::kGloo);
     EXPECT_EQ(c.device(), DeviceKind::kHost);
     for (DataType t : all_types()) {
       for (ReduceOp op : all_ops()) {

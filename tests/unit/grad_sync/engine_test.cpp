@@ -502,7 +502,7 @@ TEST(GradSyncLayoutCheck, ParametersCommunicatorsCannotCarryAreRefused) {
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("parameter 0 ('layer0.weight') is not where the "
                                     "communicator's buffers live; device=cuda, "
-                                    "communicator=fake (host)"));
+                                    "communicator=gloo (host)"));
   }
   auto o = small_buckets();
   o.gradient_as_bucket_view = true;

@@ -126,7 +126,7 @@ class FakeCommunicator final : public Communicator {
       : group_(std::move(group)), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return group_->size_; }
-  const char* backend() const override { return "fake"; }
+  Backend backend() const override { return Backend::kGloo; }  // a host one
   DeviceKind device() const override { return DeviceKind::kHost; }
   std::chrono::milliseconds timeout() const override { return std::chrono::seconds(20); }
 
