@@ -45,6 +45,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -112,8 +113,9 @@ struct GradSyncOptions {
   bool gradient_as_bucket_view = false;
   // Overwrite every rank's parameter values with rank 0's at construction.
   bool broadcast_parameters = true;
-  // Bound on every wait for a collective; zero: the communicator's timeout().
-  std::chrono::milliseconds timeout{0};
+  // Bound on every wait for a collective (> 0); unset: the communicator's
+  // timeout().
+  std::optional<std::chrono::milliseconds> timeout;
   // CUDA only: the stream (of the communicator's GPU) on which backward
   // produces the gradients and later kernels consume them. Null: the legacy
   // default stream.

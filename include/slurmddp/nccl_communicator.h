@@ -9,7 +9,7 @@
 //       ->wait(comm->timeout());
 //
 // Creation (blocking, bounded by `timeout`):
-//  - Device: `device` when >= 0, else SLURMDDP_LOCAL_DEVICE, else LOCAL_RANK
+//  - Device: `device` when set, else SLURMDDP_LOCAL_DEVICE, else LOCAL_RANK
 //    (then SLURM_LOCALID) modulo the number of visible devices, else 0 — the
 //    rule of identity.h. The ordinal counts within CUDA_VISIBLE_DEVICES. An
 //    ordinal that is not visible throws InvalidArgument naming the ordinal, its
@@ -95,9 +95,9 @@ using NcclUniqueId = std::array<uint8_t, kNcclUniqueIdBytes>;
 struct NcclOptions {
   int rank = -1;
   int size = 0;
-  // CUDA device ordinal within CUDA_VISIBLE_DEVICES; -1: from the environment
-  // (see above).
-  int device = -1;
+  // CUDA device ordinal within CUDA_VISIBLE_DEVICES; unset: from the
+  // environment (see above).
+  std::optional<int> device;
 
   // Rendezvous: the unique id travels through `store` under "<prefix>/..."
   // (under --mpi=pmix, init() finds the store through PMIx). A single rank

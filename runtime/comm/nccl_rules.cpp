@@ -35,7 +35,7 @@ std::string env_assignment(const EnvReader& env, const char* name) {
   return v ? std::string(name) + "=" + *v : std::string(name) + " unset";
 }
 
-DeviceChoice choose_device(int requested, int visible, const EnvReader& env,
+DeviceChoice choose_device(std::optional<int> requested, int visible, const EnvReader& env,
                            const std::string& where) {
   const std::string context = env_assignment(env, "CUDA_VISIBLE_DEVICES") + ", " +
                               env_assignment(env, "SLURMDDP_LOCAL_DEVICE") + ", " + where;
@@ -43,8 +43,15 @@ DeviceChoice choose_device(int requested, int visible, const EnvReader& env,
     throw CudaError("nccl: failed to select a GPU: no CUDA device is visible; " + context);
   }
   DeviceChoice c;
-  if (requested >= 0) {
-    c = {requested, "NcclOptions::device=" + std::to_string(requested)};
+  if (requested) {
+    if (*requested < 0) {
+      throw InvalidArgument(
+          "nccl: failed to select a GPU: NcclOptions::device=" + std::to_string(*requested) +
+          " is not a device ordinal (expected >= 0, or unset to choose from the "
+          "environment); " +
+          context);
+    }
+    c = {*requested, "NcclOptions::device=" + std::to_string(*requested)};
   } else if (const auto v = env("SLURMDDP_LOCAL_DEVICE"); v && !v->empty()) {
     if (!parse_index(*v, &c.ordinal)) {
       throw InvalidArgument("nccl: failed to select a GPU: SLURMDDP_LOCAL_DEVICE='" + *v +

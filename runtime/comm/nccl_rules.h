@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,13 +19,13 @@ struct DeviceChoice {
   std::string source;
 };
 
-// Note [Device choice]: `requested` (>= 0) wins; else SLURMDDP_LOCAL_DEVICE
+// Note [Device choice]: `requested` wins when set; else SLURMDDP_LOCAL_DEVICE
 // (the plugin's decision, taken as is); else LOCAL_RANK, then SLURM_LOCALID,
 // modulo `visible` (the identity rule of identity.h); else 0. Throws CudaError
 // when no device is visible and InvalidArgument when a variable is garbled or
 // the ordinal is not below `visible`; messages name the ordinal, its source,
 // CUDA_VISIBLE_DEVICES, SLURMDDP_LOCAL_DEVICE and `where` (rank, host, pid).
-DeviceChoice choose_device(int requested, int visible, const EnvReader& env,
+DeviceChoice choose_device(std::optional<int> requested, int visible, const EnvReader& env,
                            const std::string& where);
 
 // "NAME=value" or "NAME unset".

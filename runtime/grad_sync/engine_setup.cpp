@@ -47,11 +47,18 @@ GradSync::Impl::Impl(std::shared_ptr<Communicator> comm, std::vector<GradParamet
     : comm_(std::move(comm)),
       params_(std::move(params)),
       options_(options),
-      timeout_(options.timeout.count() > 0 ? options.timeout
-               : comm_                     ? comm_->timeout()
-                                           : std::chrono::milliseconds(0)) {
+      timeout_(options.timeout ? *options.timeout
+               : comm_         ? comm_->timeout()
+                               : std::chrono::milliseconds(0)) {
   if (!comm_) {
     throw InvalidArgument("grad_sync: failed to create the synchronizer: no communicator");
+  }
+  if (options.timeout && options.timeout->count() <= 0) {
+    throw InvalidArgument(
+        "grad_sync: failed to create the synchronizer: GradSyncOptions::timeout=" +
+        std::to_string(options.timeout->count()) +
+        "ms; expected a positive duration, or unset for the communicator's (" +
+        std::to_string(comm_->timeout().count()) + "ms)");
   }
   // Local validation and planning. A failure here is not thrown at once: the
   // layout check tells the other ranks first (Note [Layout check]).

@@ -290,7 +290,7 @@ std::unique_ptr<Communicator> make_communicator(
     NcclOptions o;
     o.rank = id.rank;
     o.size = id.world_size;
-    o.device = id.local_device.value_or(-1);
+    o.device = id.local_device;
     o.store = store;
     o.prefix = group->prefix();
     o.timeout = timeout;

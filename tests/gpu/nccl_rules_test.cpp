@@ -2,6 +2,7 @@
 // run in the unit suite on any machine, GPU or not.
 #include "comm/nccl_rules.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -12,6 +13,8 @@
 
 namespace slurmddp::comm {
 namespace {
+
+using ::testing::HasSubstr;
 
 EnvReader env_of(std::map<std::string, std::string> vars) {
   return [vars](const char* name) -> std::optional<std::string> {
@@ -29,24 +32,37 @@ TEST(NcclDeviceChoice, ExplicitDeviceWins) {
   EXPECT_EQ(c.source, "NcclOptions::device=1");
 }
 
+TEST(NcclDeviceChoice, NegativeExplicitDeviceIsAnError) {
+  try {
+    choose_device(-1, 2, env_of({{"LOCAL_RANK", "1"}}), kWhere);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr("NcclOptions::device=-1 is not a device ordinal (expected >= 0, "
+                          "or unset to choose from the environment)"));
+    EXPECT_THAT(e.what(), HasSubstr(kWhere));
+  }
+}
+
 TEST(NcclDeviceChoice, PluginVariableBeforeLocalRank) {
-  const auto c =
-      choose_device(-1, 4, env_of({{"SLURMDDP_LOCAL_DEVICE", "3"}, {"LOCAL_RANK", "1"}}), kWhere);
+  const auto c = choose_device(
+      std::nullopt, 4, env_of({{"SLURMDDP_LOCAL_DEVICE", "3"}, {"LOCAL_RANK", "1"}}), kWhere);
   EXPECT_EQ(c.ordinal, 3);
   EXPECT_EQ(c.source, "SLURMDDP_LOCAL_DEVICE=3");
 }
 
 TEST(NcclDeviceChoice, LocalRankModuloVisibleDevices) {
-  const auto c = choose_device(-1, 4, env_of({{"LOCAL_RANK", "7"}}), kWhere);
+  const auto c = choose_device(std::nullopt, 4, env_of({{"LOCAL_RANK", "7"}}), kWhere);
   EXPECT_EQ(c.ordinal, 3);
   EXPECT_EQ(c.source, "LOCAL_RANK=7 modulo 4 visible devices");
-  EXPECT_EQ(choose_device(-1, 2, env_of({{"SLURM_LOCALID", "5"}}), kWhere).ordinal, 1);
-  EXPECT_EQ(choose_device(-1, 2, env_of({}), kWhere).ordinal, 0);
+  EXPECT_EQ(choose_device(std::nullopt, 2, env_of({{"SLURM_LOCALID", "5"}}), kWhere).ordinal, 1);
+  EXPECT_EQ(choose_device(std::nullopt, 2, env_of({}), kWhere).ordinal, 0);
 }
 
 TEST(NcclDeviceChoice, OrdinalOutOfRangeNamesEverything) {
   try {
-    choose_device(-1, 2, env_of({{"SLURMDDP_LOCAL_DEVICE", "5"}, {"CUDA_VISIBLE_DEVICES", "2,3"}}),
+    choose_device(std::nullopt, 2,
+                  env_of({{"SLURMDDP_LOCAL_DEVICE", "5"}, {"CUDA_VISIBLE_DEVICES", "2,3"}}),
                   kWhere);
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
@@ -68,11 +84,12 @@ TEST(NcclDeviceChoice, OrdinalOutOfRangeNamesEverything) {
 }
 
 TEST(NcclDeviceChoice, GarbledVariablesAndNoDevice) {
-  EXPECT_THROW(choose_device(-1, 2, env_of({{"SLURMDDP_LOCAL_DEVICE", "gpu1"}}), kWhere),
+  EXPECT_THROW(choose_device(std::nullopt, 2, env_of({{"SLURMDDP_LOCAL_DEVICE", "gpu1"}}), kWhere),
                InvalidArgument);
-  EXPECT_THROW(choose_device(-1, 2, env_of({{"LOCAL_RANK", "-1"}}), kWhere), InvalidArgument);
+  EXPECT_THROW(choose_device(std::nullopt, 2, env_of({{"LOCAL_RANK", "-1"}}), kWhere),
+               InvalidArgument);
   try {
-    choose_device(-1, 0, env_of({{"CUDA_VISIBLE_DEVICES", ""}}), kWhere);
+    choose_device(std::nullopt, 0, env_of({{"CUDA_VISIBLE_DEVICES", ""}}), kWhere);
     FAIL() << "no error";
   } catch (const CudaError& e) {
     EXPECT_NE(std::string(e.what()).find("no CUDA device is visible; CUDA_VISIBLE_DEVICES="),

@@ -296,10 +296,11 @@ int run_rank(const Args& a, int devices) {
   slurmddp::NcclOptions o;
   o.rank = rank;
   o.size = size;
-  o.device = rank % devices;
+  const int device = rank % devices;
+  o.device = device;
   // The rank's GPU before any other CUDA work: buffers go there, and no
   // context appears on a GPU this rank does not use.
-  cuda_check(cudaSetDevice(o.device), "cudaSetDevice");
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
   o.store = store;
   o.prefix = "bench/nccl";
   o.timeout = std::chrono::milliseconds(a.timeout_ms);
@@ -310,11 +311,11 @@ int run_rank(const Args& a, int devices) {
   if (a.raw) raw = RawNccl(store.get(), rank, size, wait_limit);
 
   cudaDeviceProp prop{};
-  cuda_check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
+  cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   char bus[32] = {};
-  cuda_check(cudaDeviceGetPCIBusId(bus, sizeof bus, o.device), "cudaDeviceGetPCIBusId");
+  cuda_check(cudaDeviceGetPCIBusId(bus, sizeof bus, device), "cudaDeviceGetPCIBusId");
   const std::string me = "#   rank " + std::to_string(rank) + ": host " + host_name() + " pid " +
-                         std::to_string(getpid()) + " device " + std::to_string(o.device) + " (" +
+                         std::to_string(getpid()) + " device " + std::to_string(device) + " (" +
                          prop.name + ", bus " + bus + ")";
   if (store) store->set("bench/map/" + std::to_string(rank), slurmddp::Bytes(me.begin(), me.end()));
 

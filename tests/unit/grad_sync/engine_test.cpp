@@ -520,6 +520,14 @@ TEST(GradSyncLayoutCheck, ParametersCommunicatorsCannotCarryAreRefused) {
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("first_bucket_bytes=0"));
   }
+  o = small_buckets();
+  o.timeout = 0ms;  // unset means the communicator's; zero is no bound at all
+  try {
+    GradSync sync(group->communicator(0), m.parameters(true), o);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("GradSyncOptions::timeout=0ms; expected a positive duration"));
+  }
   EXPECT_THROW(GradSync(nullptr, m.parameters(true), small_buckets()), InvalidArgument);
 }
 
