@@ -3,11 +3,18 @@
 // sampler state, written atomically into a directory per job, so that a
 // requeued job finds its own checkpoint and other jobs do not.
 //
-//   slurmddp::Checkpointer ckpt(pg->comm(), slurmddp::job_checkpoint_dir("ckpt"));
-//   if (auto c = ckpt.load()) { restore(c->payload); sampler.load_state(c->sampler); step =
-//   c->step; }
-//   ...
-//   if (stop.should_stop(step)) { ckpt.save(step, sampler.state().to_string(), bytes); ... }
+// Example, given std::shared_ptr<slurmddp::Communicator> comm, slurmddp::StopSignal& stop,
+// slurmddp::DistributedSampler& sampler, std::vector<uint8_t> bytes:
+//   slurmddp::Checkpointer ckpt(comm, slurmddp::job_checkpoint_dir("ckpt"));
+//   int64_t step = 0;
+//   if (auto c = ckpt.load()) {                // nullopt: a fresh start
+//     sampler.load_state(slurmddp::SamplerState::parse(c->sampler));
+//     step = c->step;                          // and the program's state from c->payload
+//   }
+//   // ... after each step:
+//   if (stop.should_stop(step)) {
+//     ckpt.save(step, sampler.state().to_string(), bytes.data(), bytes.size());
+//   }
 //
 // Note [Checkpoint layout]
 //   <dir>/step-<N>/rank-<r>.ckpt   one file per rank: its sampler state, and the

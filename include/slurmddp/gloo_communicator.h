@@ -2,6 +2,8 @@
 // (Debian's libgloo, the library PyTorch's "gloo" backend uses), with Gloo's
 // rendezvous running through a slurmddp::Store.
 //
+// Example, given int rank, int world_size, std::shared_ptr<slurmddp::Store> store,
+// float* grads, size_t n:
 //   slurmddp::GlooOptions o;
 //   o.rank = rank; o.size = world_size; o.store = store;
 //   o.timeout = std::chrono::seconds(30);

@@ -2,15 +2,18 @@
 // pass every rank holds the average of all ranks' gradients, and the
 // communication runs while the backward pass is still computing.
 //
-//   std::vector<slurmddp::GradParameter> params = ...;  // in registration order
-//   slurmddp::GradSync sync(comm, params);               // checks layouts, broadcasts
-//   for (each step) {
-//     for (each parameter i, in the order backward finishes it) {
-//       compute the gradient of i;
-//       sync.mark_ready(i);                              // may start an allreduce
+// Example, given std::shared_ptr<slurmddp::Communicator> comm,
+// std::vector<slurmddp::GradParameter> params, int64_t steps,
+// std::function<void(size_t)> compute_gradient, std::function<void()> optimizer_step:
+//   slurmddp::GradSync sync(comm, params);  // params in registration order; checks layouts,
+//                                           // broadcasts rank 0's values
+//   for (int64_t step = 0; step < steps; ++step) {
+//     for (size_t i = params.size(); i-- > 0;) {  // the order backward usually finishes them
+//       compute_gradient(i);
+//       sync.mark_ready(i);                 // may start an allreduce
 //     }
-//     sync.wait();                                       // averaged gradients in place
-//     optimizer step;
+//     sync.wait();                          // averaged gradients in place
+//     optimizer_step();
 //   }
 //
 // How it works (details in runtime/grad_sync/):

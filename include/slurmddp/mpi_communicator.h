@@ -2,9 +2,11 @@
 // whole ProcessGroup built from one the program already has, so that an MPI
 // code can use GradSync and the sampler with no second rendezvous.
 //
+// Example, given int argc, char** argv, std::vector<slurmddp::GradParameter> params:
+//   int provided = 0;
 //   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
 //   auto pg = slurmddp::init_from_mpi(MPI_COMM_WORLD);   // identity from MPI
-//   slurmddp::GradSync sync(pg->comm(), ...);
+//   slurmddp::GradSync sync(pg->comm(), params);
 //
 // The declarations need <mpi.h> (compile with mpicxx, or MPI's include path)
 // and exist only where it is found; the library must be built against the

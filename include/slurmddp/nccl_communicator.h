@@ -1,6 +1,8 @@
 // The GPU communicator: collectives on CUDA device memory through NCCL (from
 // the CUDA toolkit), one rank per process and GPU.
 //
+// Example, given int rank, int world_size, std::shared_ptr<slurmddp::Store> store,
+// slurmddp::BFloat16* grads_on_gpu, size_t n:
 //   slurmddp::NcclOptions o;
 //   o.rank = rank; o.size = world_size; o.store = store;   // device: from the environment
 //   o.timeout = std::chrono::seconds(30);

@@ -1,8 +1,9 @@
-// One call sets up data-parallel communication from the environment:
+// One call sets up data-parallel communication from the environment.
 //
+// Example, given float* buf, size_t n:
 //   auto pg = slurmddp::init();            // identity, rendezvous, communicator
-//   pg->comm().allreduce(buf, n, slurmddp::DataType::kFloat32,
-//                        slurmddp::ReduceOp::kAvg)->wait(pg->timeout());
+//   pg->comm()->allreduce(buf, n, slurmddp::DataType::kFloat32, slurmddp::ReduceOp::kAvg)
+//       ->wait(pg->timeout());
 //
 // init() reads the identity (identity.h), then
 //   - rendezvous: rank 0 hosts an authenticated TCP store on MASTER_PORT (all
@@ -12,12 +13,13 @@
 //     token): no MASTER_PORT at all (SLURMDDP_BOOTSTRAP=tcp|pmix|auto);
 //   - checks that every rank agrees on WORLD_SIZE (an error names both values)
 //     and waits for all ranks ("3/4 ranks joined; missing: [2]" on timeout);
-//   - creates the communicator: NCCL on the task's GPU (SLURMDDP_LOCAL_DEVICE)
-//     when built with NCCL and a GPU is visible, else Gloo on the CPU
-//     (SLURMDDP_BACKEND=gloo|nccl|auto). NCCL's unique id travels through the
-//     same store. With SLURMDDP_BACKEND=nccl, a task that cannot use NCCL (no
-//     visible device, an ordinal out of range, a build without NCCL) throws
-//     the communicator's error (CudaError, InvalidArgument, Error) prefixed
+//   - creates the communicator: NCCL on the task's GPU, Gloo on the CPU, or
+//     MPI when asked (InitOptions::backend, else SLURMDDP_BACKEND=
+//     gloo|nccl|mpi|auto; how it is chosen: docs/cpp-api.md, "How the backend
+//     is chosen"). NCCL's unique id travels through the same store. With
+//     SLURMDDP_BACKEND=nccl, a task that cannot use NCCL (no visible device,
+//     an ordinal out of range, a build without NCCL) throws the
+//     communicator's error (CudaError, InvalidArgument, Error) prefixed
 //     "init: failed to create the NCCL communicator: " and followed by the
 //     rank, host, SLURMDDP_BACKEND, SLURMDDP_LOCAL_DEVICE and
 //     CUDA_VISIBLE_DEVICES.
@@ -41,7 +43,7 @@ namespace slurmddp {
 enum class Bootstrap { kAuto, kTcp, kPmix };
 
 struct InitOptions {
-  Backend backend = Backend::kAuto;                  // SLURMDDP_BACKEND=gloo|nccl overrides kAuto
+  Backend backend = Backend::kAuto;                  // kAuto: SLURMDDP_BACKEND (docs/cpp-api.md)
   Bootstrap bootstrap = Bootstrap::kAuto;            // auto: PMIx when PMIX_RANK is set, else TCP
   std::optional<std::chrono::milliseconds> timeout;  // default: SLURMDDP_TIMEOUT or kDefaultTimeout
   std::optional<ProcessIdentity> identity;           // default: identity_from_environment()

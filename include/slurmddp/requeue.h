@@ -9,8 +9,8 @@
 //   the array task ("<array job>_<task>"), so only this task is requeued. The
 //   job must be requeueable (#SBATCH --requeue, or JobRequeue=1 in slurm.conf).
 //   Where scontrol is missing (a container image) or not allowed, the error
-//   says so; the alternative is to let the batch script requeue (README,
-//   "Preemption and requeue").
+//   says so; the alternative is to let the batch script requeue
+//   (docs/user-guide.md, "Preemption and requeue").
 #pragma once
 
 #include <string>

@@ -2,10 +2,16 @@
 // the signal, and a collective check that makes all ranks stop after the same
 // step, so that a preempted job checkpoints one consistent step everywhere.
 //
-//   slurmddp::StopSignal stop(pg->comm());          // SIGTERM, SIGUSR1, SIGUSR2, SIGHUP
+// Example, given const slurmddp::ProcessGroup& pg, int64_t first, int64_t steps,
+// std::function<void()> train_one_step, std::function<void(int64_t)> save_checkpoint:
+//   slurmddp::StopSignal stop(pg.comm());           // SIGTERM, SIGUSR1, SIGUSR2, SIGHUP
 //   for (int64_t step = first; step < steps; ++step) {
 //     train_one_step();
-//     if (stop.should_stop(step)) { save_checkpoint(step); requeue(); return; }
+//     if (stop.should_stop(step)) {
+//       save_checkpoint(step);
+//       slurmddp::requeue_job();                    // requeue.h
+//       return;
+//     }
 //   }
 //
 // Note [Stop requests]

@@ -5,6 +5,7 @@
 // server in a background thread of its process (bound on all interfaces at
 // MASTER_PORT); every rank, that one included, gets a client:
 //
+// Example, given int rank, int world_size, std::string master_addr, uint16_t master_port:
 //   slurmddp::TcpStoreOptions o;
 //   o.host = master_addr; o.port = master_port; o.is_server = (rank == 0);
 //   o.token = getenv("SLURMDDP_TOKEN") ? getenv("SLURMDDP_TOKEN") : "";

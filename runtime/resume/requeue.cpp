@@ -65,7 +65,7 @@ void requeue_job(const std::string& scontrol) {
                 "': " + std::strerror(rc) +
                 (rc == ENOENT ? " (scontrol is not installed here, e.g. inside a container image; "
                                 "exit with 75 and let the batch script requeue on that status, "
-                                "or RequeueExit=75 in slurm.conf; see the README)"
+                                "or RequeueExit=75 in slurm.conf; see docs/user-guide.md)"
                               : ""));
   }
   std::string output;

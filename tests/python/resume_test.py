@@ -16,7 +16,7 @@ import support
 
 def ranks(world, *args, **env):
     # env:// on a torch built without libuv (Debian 13's 2.6) needs USE_LIBUV=0,
-    # as the README tells its users.
+    # as docs/python.md tells its users.
     env.setdefault("USE_LIBUV", "0")
     port = support.free_port()
     return support.start_ranks("resume_rank.py", range(world), world, port, args, **env)
@@ -230,8 +230,8 @@ except slurmddp.Error as e:
             "before the first should_stop(), save() or load_latest()",
             "requeue: failed to run 'no-such-scontrol requeue 70_7': No such file or directory "
             "(scontrol is not installed here, e.g. inside a container image; exit with 75 and let "
-            "the batch script requeue on that status, or RequeueExit=75 in slurm.conf; see the "
-            "README)",
+            "the batch script requeue on that status, or RequeueExit=75 in slurm.conf; see "
+            "docs/user-guide.md)",
         ])
 
     def test_requeue_and_exit_without_a_process_group_still_requeues_or_says_why(self):

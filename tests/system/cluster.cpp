@@ -154,7 +154,7 @@ void ClusterEnvironment::SetUp() {
   setenv("SLURM_CONF",
          (env_or("SLURMDDP_CLUSTER_DIR", source_dir() + "/.cluster") + "/etc/slurm.conf").c_str(),
          1);
-  // What a user of a torch without libuv must do for env:// (README, PyTorch).
+  // What a user of a torch without libuv must do for env:// (docs/python.md).
   if (torch_lacks_libuv()) setenv("USE_LIBUV", "0", 1);
   // Jobs left over from an interrupted run would hold the nodes.
   run("scancel --full --user=root; for i in $(seq 200); do [ -z \"$(squeue -h)\" ] && exit 0; "

@@ -90,7 +90,7 @@ std::map<std::string, std::string> node_states();
 // Whether /usr/bin/python3's torch asks for its libuv TCPStore backend by
 // default but was built without it (Debian 13's torch 2.6): its env:// then
 // needs USE_LIBUV=0 and its torchrun cannot start at all. The cluster environment
-// exports USE_LIBUV=0 to every test's jobs where so, as the README tells users
+// exports USE_LIBUV=0 to every test's jobs where so, as docs/python.md tells users
 // of such a torch to do. Asked once per test program.
 bool torch_lacks_libuv();
 

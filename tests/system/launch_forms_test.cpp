@@ -24,7 +24,7 @@ using ::testing::Not;
 // torchrun of a torch that asks for libuv but was built without it (Debian 13's
 // 2.6) cannot start: its rendezvous (agent and workers) creates TCPStores that
 // ignore USE_LIBUV. On such a torch a torchrun test checks that failure, the
-// one the README documents, instead of a training that cannot happen; the
+// one docs/python.md documents, instead of a training that cannot happen; the
 // direct launch (srun runs every rank) is tested everywhere.
 bool torchrun_cannot_start(const Result& r) {
   if (!torch_lacks_libuv()) return false;

@@ -376,7 +376,7 @@ TEST(PluginSystem, VerbosePrintsTheRendezvousOnceWithoutTheToken) {
 }
 
 // A torch built without libuv (Debian 13's 2.6) fails in env:// unless
-// USE_LIBUV=0, which the README tells its users to export (the cluster
+// USE_LIBUV=0, which docs/python.md tells its users to export (the cluster
 // environment does, for every test): the failure is torch's, and says so.
 TEST(PluginSystem, PytorchWithoutLibuvNeedsUseLibuv0ForEnvInit) {
   REQUIRE_CLUSTER();
