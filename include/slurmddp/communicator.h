@@ -52,7 +52,7 @@ enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64 };
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 enum class DeviceKind { kHost, kCuda };
 // Which library moves the data. kAuto appears only in InitOptions: init()
-// resolves it (docs/cpp-api.md, "How init() chooses the backend"); a
+// resolves it (docs/cpp-api.md, "How the backend is chosen"); a
 // communicator's backend() is never kAuto.
 enum class Backend { kAuto, kGloo, kNccl, kMpi };
 
