@@ -229,7 +229,7 @@ int train_and_report(const Options& o, slurmddp::StopSignal* stop, slurmddp::Pro
       std::vector<float> state(c->payload.size() / sizeof(float));
       std::memcpy(state.data(), c->payload.data(), state.size() * sizeof(float));
       model.load_state(state);
-      batches.load_state(slurmddp::SamplerState::parse(c->sampler));
+      batches.load_state(c->sampler);
       step = c->step;
       first_epoch = batches.sampler().epoch();
       resumed = true;
@@ -245,7 +245,7 @@ int train_and_report(const Options& o, slurmddp::StopSignal* stop, slurmddp::Pro
   }
   auto save = [&] {
     std::vector<float> state = model.state();
-    ckpt->save(step, batches.state().to_string(), state.data(), state.size() * sizeof(float));
+    ckpt->save(step, batches.state(), state);
   };
   for (int64_t epoch = first_epoch; epoch < o.epochs && (o.steps < 0 || step < o.steps); ++epoch) {
     if (!resumed || epoch != first_epoch) batches.set_epoch(epoch);  // else: mid-epoch

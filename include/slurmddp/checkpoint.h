@@ -8,12 +8,12 @@
 //   slurmddp::Checkpointer ckpt(comm, slurmddp::job_checkpoint_dir("ckpt"));
 //   int64_t step = 0;
 //   if (auto c = ckpt.load()) {                // nullopt: a fresh start
-//     sampler.load_state(slurmddp::SamplerState::parse(c->sampler));
+//     sampler.load_state(c->sampler);
 //     step = c->step;                          // and the program's state from c->payload
 //   }
 //   // ... after each step:
 //   if (stop.should_stop(step)) {
-//     ckpt.save(step, sampler.state().to_string(), bytes.data(), bytes.size());
+//     ckpt.save(step, sampler.state(), bytes);
 //   }
 //
 // Note [Checkpoint layout]
@@ -35,13 +35,16 @@
 //   that may land on other nodes).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "slurmddp/communicator.h"
+#include "slurmddp/sampler.h"
 
 // The installed API is what libslurmddp exports; everything else is hidden.
 #pragma GCC visibility push(default)
@@ -58,9 +61,29 @@ struct CheckpointOptions {
   int keep = 2;  // complete checkpoints kept (>= 1)
 };
 
+// The bytes of a payload, borrowed for the length of a call: from a vector or
+// array of trivially copyable elements, a string, or a pointer and a size.
+class ByteView {
+ public:
+  ByteView() = default;
+  ByteView(const void* data, size_t size) : data_(static_cast<const uint8_t*>(data)), size_(size) {}
+  template <typename T, typename = std::enable_if_t<std::is_trivially_copyable_v<T>>>
+  ByteView(const std::vector<T>& v)  // NOLINT(google-explicit-constructor): a view of it
+      : ByteView(v.data(), v.size() * sizeof(T)) {}
+  ByteView(const std::string& s)  // NOLINT(google-explicit-constructor): a view of it
+      : ByteView(s.data(), s.size()) {}
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 struct Checkpoint {
   int64_t step = 0;
-  std::string sampler;           // this rank's sampler state (SamplerState::to_string())
+  SamplerState sampler;          // this rank's sampler position
   std::vector<uint8_t> payload;  // rank 0's (kRankZero) or this rank's (kEveryRank)
 };
 
@@ -75,13 +98,15 @@ class Checkpointer {
   // Collective: every rank calls it with the same step. With kRankZero only
   // rank 0's payload is written (the others may pass none). Returns once the
   // checkpoint is complete and durable on every rank. Throws Error naming the
-  // path and the errno text when a write fails.
-  void save(int64_t step, const std::string& sampler, const void* payload, size_t bytes);
+  // path and the errno text when a write fails, InvalidArgument for a negative
+  // step or a view of null with a non-zero size.
+  void save(int64_t step, const SamplerState& sampler, ByteView payload);
 
   // Collective: the latest complete checkpoint, or nullopt when there is none
   // (a fresh start). Every rank loads the same step (checked: ranks that see
   // different LATEST files fail naming both steps). Throws Error naming the
-  // file when it is damaged (checksum, truncation, wrong rank or world size).
+  // file when it is damaged (checksum, truncation, wrong rank or world size,
+  // no valid sampler state).
   std::optional<Checkpoint> load();
 
   const std::string& dir() const;

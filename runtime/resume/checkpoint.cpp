@@ -39,7 +39,7 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     channel_ = resume::make_scalar_channel(*comm_);
   }
 
-  void save(int64_t step, const std::string& sampler, const void* payload, size_t bytes) {
+  void save(int64_t step, const SamplerState& sampler, ByteView payload) {
     if (step < 0) {
       throw InvalidArgument("Checkpointer::save: step=" + std::to_string(step) + "; expected >= 0");
     }
@@ -52,14 +52,13 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     f.step = step;
     f.rank = rank;
     f.world = comm_->size();
-    f.sampler = sampler;
-    if ((options_.scope == CheckpointScope::kEveryRank || rank == 0) && bytes > 0) {
-      if (payload == nullptr) {
-        throw InvalidArgument("Checkpointer::save: payload is null with " + std::to_string(bytes) +
-                              " bytes");
+    f.sampler = sampler.to_string();
+    if ((options_.scope == CheckpointScope::kEveryRank || rank == 0) && !payload.empty()) {
+      if (payload.data() == nullptr) {
+        throw InvalidArgument("Checkpointer::save: payload is null with " +
+                              std::to_string(payload.size()) + " bytes");
       }
-      const auto* p = static_cast<const uint8_t*>(payload);
-      f.payload.assign(p, p + bytes);
+      f.payload.assign(payload.data(), payload.data() + payload.size());
     }
     resume::write_atomic(sdir, "rank-" + std::to_string(rank) + ".ckpt", resume::encode(f));
     comm_->barrier()->wait();  // every rank's file is durable
@@ -149,7 +148,12 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     resume::RankFile own = read_rank_file(sdir, step, rank);
     Checkpoint c;
     c.step = step;
-    c.sampler = own.sampler;
+    try {
+      c.sampler = SamplerState::parse(own.sampler);
+    } catch (const InvalidArgument& e) {
+      throw Error("checkpoint " + sdir + "/rank-" + std::to_string(rank) +
+                  ".ckpt holds no valid sampler state: " + e.what());
+    }
     if (options_.scope == CheckpointScope::kEveryRank || rank == 0) {
       c.payload = std::move(own.payload);
     } else {
@@ -169,9 +173,8 @@ Checkpointer::Checkpointer(std::shared_ptr<Communicator> comm, std::string dir,
     : impl_(std::make_unique<Impl>(std::move(comm), std::move(dir), options)) {}
 Checkpointer::~Checkpointer() = default;
 
-void Checkpointer::save(int64_t step, const std::string& sampler, const void* payload,
-                        size_t bytes) {
-  impl_->save(step, sampler, payload, bytes);
+void Checkpointer::save(int64_t step, const SamplerState& sampler, ByteView payload) {
+  impl_->save(step, sampler, payload);
 }
 
 std::optional<Checkpoint> Checkpointer::load() {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -92,8 +93,12 @@ std::string fresh(const std::string& name) {
   return d;
 }
 
-std::string sampler_of(int rank, int step) {
-  return "sampler rank=" + std::to_string(rank) + " step=" + std::to_string(step);
+SamplerState sampler_of(int rank, int step) {
+  SamplerState s;
+  s.epoch = step / 10;
+  s.position = step;
+  s.fingerprint = 0xabc0u + static_cast<uint64_t>(rank);
+  return s;
 }
 
 TEST(Checkpointer, FreshStartThenRankZeroPayloadForEveryRank) {
@@ -103,7 +108,7 @@ TEST(Checkpointer, FreshStartThenRankZeroPayloadForEveryRank) {
     EXPECT_FALSE(c.load().has_value());
     for (int step : {10, 20, 30}) {
       std::string payload = rank == 0 ? "params@" + std::to_string(step) : "";
-      c.save(step, sampler_of(rank, step), payload.data(), payload.size());
+      c.save(step, sampler_of(rank, step), payload);
     }
     auto got = c.load();
     ASSERT_TRUE(got.has_value());
@@ -131,7 +136,7 @@ TEST(Checkpointer, EveryRankKeepsItsOwnPayload) {
   on_ranks(2, [&](std::shared_ptr<Communicator> comm, int rank) {
     Checkpointer c(comm, dir, o);
     std::string payload = "rank" + std::to_string(rank);
-    c.save(7, sampler_of(rank, 7), payload.data(), payload.size());
+    c.save(7, sampler_of(rank, 7), payload);
     auto got = c.load();
     ASSERT_TRUE(got.has_value());
     EXPECT_EQ(std::string(got->payload.begin(), got->payload.end()), payload);
@@ -142,7 +147,7 @@ TEST(Checkpointer, IncompleteCheckpointIsNeverLoaded) {
   std::string dir = fresh("incomplete");
   on_ranks(2, [&](std::shared_ptr<Communicator> comm, int rank) {
     Checkpointer c(comm, dir);
-    c.save(5, sampler_of(rank, 5), "p", 1);
+    c.save(5, sampler_of(rank, 5), std::string("p"));
   });
   // a later save that died after writing rank files but before COMPLETE/LATEST
   fs::create_directories(dir + "/step-9");
@@ -159,7 +164,7 @@ TEST(Checkpointer, DamagedFileStopsEveryRankNamingIt) {
   std::string dir = fresh("damaged");
   on_ranks(3, [&](std::shared_ptr<Communicator> comm, int rank) {
     Checkpointer c(comm, dir);
-    c.save(4, sampler_of(rank, 4), "payload", 7);
+    c.save(4, sampler_of(rank, 4), std::string("payload"));
   });
   std::string victim = dir + "/step-4/rank-1.ckpt";
   {
@@ -190,7 +195,7 @@ TEST(Checkpointer, AnotherWorldSizeIsRefused) {
   std::string dir = fresh("world");
   on_ranks(2, [&](std::shared_ptr<Communicator> comm, int rank) {
     Checkpointer c(comm, dir);
-    c.save(3, sampler_of(rank, 3), "p", 1);
+    c.save(3, sampler_of(rank, 3), std::string("p"));
   });
   try {
     Checkpointer c(std::make_shared<testing::FakeGroup>(1)->communicator(0), dir);
@@ -198,6 +203,39 @@ TEST(Checkpointer, AnotherWorldSizeIsRefused) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("in a world of 2; expected step 3 of rank 0 in a world of 1"));
+  }
+}
+
+// A rank file whose checksum holds but whose sampler state does not parse
+// (written by another program, say) is refused naming the file.
+TEST(Checkpointer, ASamplerStateThatDoesNotParseIsRefusedNamingTheFile) {
+  std::string dir = fresh("sampler");
+  auto comm = std::make_shared<testing::FakeGroup>(1)->communicator(0);
+  {
+    Checkpointer c(comm, dir);
+    c.save(6, sampler_of(0, 6), std::vector<float>{1.5f, 2.5f});
+    auto got = c.load();
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->sampler, sampler_of(0, 6));
+    ASSERT_EQ(got->payload.size(), 2 * sizeof(float));
+    float back[2] = {};
+    std::memcpy(back, got->payload.data(), sizeof back);
+    EXPECT_EQ(back[1], 2.5f);
+  }
+  resume::RankFile f;
+  f.step = 6;
+  f.rank = 0;
+  f.world = 1;
+  f.sampler = "epoch three";
+  std::ofstream(dir + "/step-6/rank-0.ckpt", std::ios::binary | std::ios::trunc)
+      << resume::encode(f);
+  try {
+    Checkpointer c(comm, dir);
+    c.load();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(dir + "/step-6/rank-0.ckpt holds no valid sampler state"));
+    EXPECT_THAT(e.what(), HasSubstr("epoch three"));
   }
 }
 
