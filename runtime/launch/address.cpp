@@ -1,4 +1,4 @@
-#include "address.h"
+#include "launch/address.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <memory>
 
-#include "error.h"
-#include "parse.h"
+#include "launch/error.h"
+#include "launch/parse.h"
 
 namespace slurmddp::launch {
 

@@ -1,10 +1,10 @@
-#include "hostlist.h"
+#include "launch/hostlist.h"
 
 #include <cstdint>
 #include <optional>
 
-#include "error.h"
-#include "parse.h"
+#include "launch/error.h"
+#include "launch/parse.h"
 
 namespace slurmddp::launch {
 

@@ -1,9 +1,9 @@
-#include "parse.h"
+#include "launch/parse.h"
 
 #include <cctype>
 #include <cstdio>
 
-#include "error.h"
+#include "launch/error.h"
 
 namespace slurmddp::launch {
 

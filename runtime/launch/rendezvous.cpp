@@ -1,11 +1,11 @@
-#include "rendezvous.h"
+#include "launch/rendezvous.h"
 
 #include <algorithm>
 #include <set>
 
-#include "error.h"
-#include "hostlist.h"
-#include "parse.h"
+#include "launch/error.h"
+#include "launch/hostlist.h"
+#include "launch/parse.h"
 
 namespace slurmddp::launch {
 

@@ -1,6 +1,6 @@
-#include "settings.h"
+#include "launch/settings.h"
 
-#include "error.h"
+#include "launch/error.h"
 
 namespace slurmddp::launch {
 

@@ -6,8 +6,8 @@
 // (Note [Probing for missing ranks]).
 #include <chrono>
 
+#include "launch/parse.h"
 #include "membership/ranks.h"
-#include "parse.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 #include "store/barrier_join.h"

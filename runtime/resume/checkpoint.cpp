@@ -5,10 +5,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "checkpoint_file.h"
-#include "checkpoint_io.h"
 #include "common/log.h"
-#include "scalar_channel.h"
+#include "resume/checkpoint_file.h"
+#include "resume/checkpoint_io.h"
+#include "resume/scalar_channel.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {

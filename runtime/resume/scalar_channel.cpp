@@ -1,4 +1,4 @@
-#include "scalar_channel.h"
+#include "resume/scalar_channel.h"
 
 #include "grad_sync/device.h"
 #include "slurmddp/error.h"

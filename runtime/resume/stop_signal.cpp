@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/log.h"
-#include "scalar_channel.h"
+#include "resume/scalar_channel.h"
 #include "slurmddp/error.h"
 #include "slurmddp/stop.h"
 

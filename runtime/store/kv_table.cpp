@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "parse.h"
+#include "launch/parse.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::store {

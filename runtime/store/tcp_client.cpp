@@ -25,7 +25,7 @@
 #include <unordered_map>
 
 #include "common/log.h"
-#include "parse.h"
+#include "launch/parse.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp/tcp_store_limits.h"

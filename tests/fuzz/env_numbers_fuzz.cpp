@@ -16,12 +16,12 @@
 #include <string>
 
 #include "common/log.h"
-#include "error.h"
 #include "fuzz_util.h"
-#include "gpu_binding.h"
 #include "group/duration.h"
-#include "parse.h"
-#include "rendezvous.h"
+#include "launch/error.h"
+#include "launch/gpu_binding.h"
+#include "launch/parse.h"
+#include "launch/rendezvous.h"
 #include "slurmddp/error.h"
 
 namespace {

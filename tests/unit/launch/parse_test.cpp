@@ -1,9 +1,9 @@
-#include "parse.h"
+#include "launch/parse.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "error.h"
+#include "launch/error.h"
 
 namespace slurmddp::launch {
 namespace {
