@@ -42,7 +42,7 @@
 // ranks on n nodes with two or more ranks a node; it was N (2P + 17) + 8 n + 1
 // when every rank wrote and read one key per node-mate. A flat group (one
 // rank a node) of up to 512 ranks adds its mesh, N^2; a larger one is a ring
-// (Note [Flat mesh only when flat] in comm/gloo_communicator.h).
+// (Note [Flat mesh only when flat] in comm/gloo/gloo_communicator.h).
 #pragma once
 
 #include <chrono>

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "comm/nccl_scale.h"
+#include "comm/nccl/nccl_scale.h"
 #include "common/cuda_launch.h"
 
 namespace slurmddp::comm {

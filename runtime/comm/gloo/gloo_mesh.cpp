@@ -1,5 +1,5 @@
 // Note [Mesh connection] in gloo_mesh.h.
-#include "comm/gloo_mesh.h"
+#include "comm/gloo/gloo_mesh.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "comm/gloo_communicator.h"
-#include "comm/gloo_communicator_impl.h"
-#include "comm/reduce.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator_impl.h"
+#include "comm/host/reduce.h"
 #include "common/log.h"
 #include "slurmddp/error.h"
 
@@ -45,7 +45,7 @@ void GlooCommunicator::do_allreduce(void* data, size_t count, DataType type, Red
   const ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   const bool avg = op == ReduceOp::kAvg;
   if (comm::is_16bit_float(type)) {
-    // Note [16-bit reductions] in reduce.h.
+    // Note [16-bit reductions] in comm/host/reduce.h.
     auto* bytes = static_cast<uint8_t*>(data);
     for (size_t offset = 0; offset < count; offset += kUpcastChunk) {
       const size_t n = std::min(kUpcastChunk, count - offset);

@@ -1,5 +1,5 @@
-// Work handles of the Gloo communicator and the "broken" state they share
-// with it (a handle may outlive its communicator).
+// Work handles of the host-side communicators (Gloo, MPI) and the "broken"
+// state they share with it (a handle may outlive its communicator).
 #pragma once
 
 #include <chrono>
@@ -40,10 +40,10 @@ class BreakState {
   TimeoutDiagnoser diagnose_timeout_;
 };
 
-class GlooWork final : public Work {
+class HostWork final : public Work {
  public:
   // `what` names the operation in messages ("allreduce 1024 float32 ... op #3").
-  GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state,
+  HostWork(std::string what, int rank, std::shared_ptr<BreakState> state,
            std::chrono::milliseconds default_timeout, std::string backend = "gloo");
   using Work::wait;
 

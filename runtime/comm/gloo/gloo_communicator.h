@@ -41,7 +41,7 @@
 //
 // Note [Shared-memory tier]
 //   Ranks on one node do not need TCP to reduce: when a node holds several
-//   ranks of the communicator, they map one shared segment (shm_node.h) and
+//   ranks of the communicator, they map one shared segment (comm/host/shm_node.h) and
 //   an allreduce runs in tiers: the node's ranks reduce through shared memory
 //   (every rank ends with the result when the whole group is one node);
 //   across nodes, the node's first rank (its leader) allreduces with the

@@ -1,6 +1,6 @@
 // The ranks of one node reducing through shared memory: the tier below the
 // network in the Gloo communicator's allreduce (Note [Shared-memory tier] in
-// gloo_communicator.h).
+// comm/gloo/gloo_communicator.h).
 //
 // Note [Shared-memory segment]
 //   The node's lowest rank creates the segment with memfd_create: it has no

@@ -1,5 +1,5 @@
 // Note [Shared-memory segment] and Note [Shared-memory protocol] in shm_node.h.
-#include "comm/shm_node.h"
+#include "comm/host/shm_node.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -16,7 +16,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "comm/reduce.h"
+#include "comm/host/reduce.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::comm {

@@ -1,4 +1,4 @@
-#include "comm/nccl_util.h"
+#include "comm/nccl/nccl_util.h"
 
 #include "slurmddp/error.h"
 

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <string>
 
-#include "comm/nccl_id_exchange.h"
+#include "comm/nccl/nccl_id_exchange.h"
 #include "slurmddp/nccl_communicator.h"
 
 namespace slurmddp::comm {

@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "comm/nccl_communicator_impl.h"
-#include "comm/nccl_rendezvous.h"
-#include "comm/nccl_rules.h"
-#include "comm/nccl_util.h"
+#include "comm/nccl/nccl_communicator_impl.h"
+#include "comm/nccl/nccl_rendezvous.h"
+#include "comm/nccl/nccl_rules.h"
+#include "comm/nccl/nccl_util.h"
 #include "comm/over_membership.h"
 #include "common/cuda_device_guard.h"
 #include "common/log.h"

@@ -1,7 +1,7 @@
 // The Gloo communicator: setup (transport, the group, the two meshes), issuing
 // operations to the worker thread, the worker, and the failure diagnosis of
 // Note [Failure notes]. The collectives themselves: gloo_collectives.cpp.
-#include "comm/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -24,12 +24,12 @@
 #include <sstream>
 #include <thread>
 
-#include "comm/gloo_algorithms.h"
-#include "comm/gloo_communicator_impl.h"
-#include "comm/gloo_failure.h"
-#include "comm/gloo_work.h"
+#include "comm/gloo/gloo_algorithms.h"
+#include "comm/gloo/gloo_communicator_impl.h"
+#include "comm/gloo/gloo_failure.h"
+#include "comm/host/host_work.h"
+#include "comm/host/reduce.h"
 #include "comm/over_membership.h"
-#include "comm/reduce.h"
 #include "common/log.h"
 #include "membership/membership.h"
 #include "slurmddp/error.h"
@@ -303,7 +303,7 @@ WorkHandle GlooCommunicator::submit(const char* op, const std::string& what,
   std::unique_lock<std::mutex> lock(queue_mutex_);
   const int64_t seq = static_cast<int64_t>(++issued_);
   const std::string described = what + ", op #" + std::to_string(seq);
-  auto work = std::make_shared<comm::GlooWork>(described, rank_, state_, timeout_);
+  auto work = std::make_shared<comm::HostWork>(described, rank_, state_, timeout_);
   if (auto error = state_->error()) {
     lock.unlock();
     work->finish(error);

@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "comm/gloo_algorithms.h"
-#include "comm/gloo_failure.h"
-#include "comm/gloo_mesh.h"
-#include "comm/gloo_setup.h"
-#include "comm/gloo_work.h"
-#include "comm/shm_node.h"
+#include "comm/gloo/gloo_algorithms.h"
+#include "comm/gloo/gloo_failure.h"
+#include "comm/gloo/gloo_mesh.h"
+#include "comm/gloo/gloo_setup.h"
+#include "comm/host/host_work.h"
+#include "comm/host/shm_node.h"
 #include "membership/membership.h"
 #include "progress/watchdog.h"
 #include "slurmddp/communicator.h"
@@ -66,7 +66,7 @@ class GlooCommunicator final : public Communicator {
  private:
   using Stage = std::function<void(void*)>;
   struct Task {
-    std::shared_ptr<GlooWork> work;
+    std::shared_ptr<HostWork> work;
     std::function<void()> run;
     const char* op = "";  // for the tracker: "allreduce", ...
     int64_t seq = 0;      // its op number

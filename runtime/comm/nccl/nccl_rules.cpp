@@ -1,4 +1,4 @@
-#include "comm/nccl_rules.h"
+#include "comm/nccl/nccl_rules.h"
 
 #include <unistd.h>
 

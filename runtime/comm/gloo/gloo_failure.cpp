@@ -1,4 +1,4 @@
-#include "comm/gloo_failure.h"
+#include "comm/gloo/gloo_failure.h"
 
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "comm/shm_node.h"
+#include "comm/host/shm_node.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::comm {

@@ -1,4 +1,4 @@
-#include "comm/gloo_setup.h"
+#include "comm/gloo/gloo_setup.h"
 
 #include <netdb.h>
 #include <sys/socket.h>

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <thread>
 
-#include "comm/nccl_communicator_impl.h"
-#include "comm/nccl_scale.h"
-#include "comm/nccl_util.h"
+#include "comm/nccl/nccl_communicator_impl.h"
+#include "comm/nccl/nccl_scale.h"
+#include "comm/nccl/nccl_util.h"
 #include "common/cuda_device_guard.h"
 #include "common/log.h"
 #include "slurmddp/error.h"

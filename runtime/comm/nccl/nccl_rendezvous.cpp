@@ -1,8 +1,8 @@
-#include "comm/nccl_rendezvous.h"
+#include "comm/nccl/nccl_rendezvous.h"
 
 #include <cstring>
 
-#include "comm/nccl_util.h"
+#include "comm/nccl/nccl_util.h"
 
 namespace slurmddp::comm {
 

@@ -17,10 +17,10 @@
 #include <mutex>
 #include <thread>
 
-#include "comm/nccl_rendezvous.h"
-#include "comm/nccl_rules.h"
-#include "comm/nccl_util.h"
-#include "comm/nccl_work.h"
+#include "comm/nccl/nccl_rendezvous.h"
+#include "comm/nccl/nccl_rules.h"
+#include "comm/nccl/nccl_util.h"
+#include "comm/nccl/nccl_work.h"
 #include "common/cuda_device_guard.h"
 #include "common/log.h"
 #include "membership/membership.h"

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "comm/gloo_communicator.h"
-#include "comm/gloo_communicator_impl.h"
-#include "comm/reduce.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator_impl.h"
+#include "comm/host/reduce.h"
 #include "common/log.h"
 #include "slurmddp/error.h"
 

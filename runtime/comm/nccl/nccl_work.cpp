@@ -1,11 +1,11 @@
-#include "comm/nccl_work.h"
+#include "comm/nccl/nccl_work.h"
 
 #include <algorithm>
 #include <memory>
 #include <thread>
 #include <utility>
 
-#include "comm/nccl_util.h"
+#include "comm/nccl/nccl_util.h"
 #include "common/cuda_device_guard.h"
 #include "common/log.h"
 #include "slurmddp/error.h"

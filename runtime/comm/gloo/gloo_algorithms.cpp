@@ -1,4 +1,4 @@
-#include "comm/gloo_algorithms.h"
+#include "comm/gloo/gloo_algorithms.h"
 
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce_halving_doubling.h>
@@ -10,7 +10,7 @@
 #include <exception>
 #include <thread>
 
-#include "comm/reduce.h"
+#include "comm/host/reduce.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::comm {

@@ -1,4 +1,4 @@
-#include "comm/reduce.h"
+#include "comm/host/reduce.h"
 
 #include <cstring>
 #include <type_traits>

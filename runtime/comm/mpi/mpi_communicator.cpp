@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/gloo_work.h"
-#include "comm/reduce.h"
+#include "comm/host/host_work.h"
+#include "comm/host/reduce.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {
@@ -265,7 +265,7 @@ class MpiCommunicator final : public Communicator {
     // wait() without a timeout leaves the operation's own deadline room to
     // report first, with the more precise message.
     const auto wait_default = timeout_ + std::max(timeout_ / 4, std::chrono::milliseconds(1000));
-    auto work = std::make_shared<GlooWork>(what + ", op #" + std::to_string(id), rank_, state_,
+    auto work = std::make_shared<HostWork>(what + ", op #" + std::to_string(id), rank_, state_,
                                            wait_default, "mpi");
     if (!threaded_) {
       execute(*work, body);
@@ -279,7 +279,7 @@ class MpiCommunicator final : public Communicator {
     return work;
   }
 
-  void execute(GlooWork& work, const std::function<void()>& body) {
+  void execute(HostWork& work, const std::function<void()>& body) {
     std::exception_ptr error = state_->error();
     if (!error) {
       try {
@@ -323,7 +323,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   struct Task {
-    std::shared_ptr<GlooWork> work;
+    std::shared_ptr<HostWork> work;
     std::function<void()> body;
   };
 

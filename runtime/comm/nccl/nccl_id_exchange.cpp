@@ -1,5 +1,5 @@
 // The unique id over a Membership (membership/membership.h).
-#include "comm/nccl_id_exchange.h"
+#include "comm/nccl/nccl_id_exchange.h"
 
 #include <unistd.h>
 

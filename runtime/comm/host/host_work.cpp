@@ -1,4 +1,4 @@
-#include "comm/gloo_work.h"
+#include "comm/host/host_work.h"
 
 #include <utility>
 
@@ -17,7 +17,7 @@ std::exception_ptr BreakState::error() const {
   return error_;
 }
 
-GlooWork::GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state,
+HostWork::HostWork(std::string what, int rank, std::shared_ptr<BreakState> state,
                    std::chrono::milliseconds default_timeout, std::string backend)
     : Work(default_timeout),
       what_(std::move(what)),
@@ -25,7 +25,7 @@ GlooWork::GlooWork(std::string what, int rank, std::shared_ptr<BreakState> state
       rank_(rank),
       state_(std::move(state)) {}
 
-void GlooWork::wait(std::chrono::milliseconds timeout) {
+void HostWork::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(m_);
   if (!done_ && !error_) {
     // Beyond a year means "forever" (and keeps now() + timeout from overflowing).
@@ -50,12 +50,12 @@ void GlooWork::wait(std::chrono::milliseconds timeout) {
   std::rethrow_exception(error_);
 }
 
-bool GlooWork::is_completed() {
+bool HostWork::is_completed() {
   std::lock_guard<std::mutex> lock(m_);
   return done_;
 }
 
-void GlooWork::finish(std::exception_ptr error) {
+void HostWork::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(m_);
     if (!error_) error_ = std::move(error);
