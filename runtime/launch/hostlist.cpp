@@ -3,10 +3,13 @@
 #include <cstdint>
 #include <optional>
 
+#include "common/quote.h"
 #include "launch/error.h"
 #include "launch/parse.h"
 
 namespace slurmddp::launch {
+
+using common::quote;
 
 namespace {
 

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <set>
 
+#include "common/quote.h"
 #include "launch/error.h"
 #include "launch/hostlist.h"
 #include "launch/parse.h"
 
 namespace slurmddp::launch {
+
+using common::quote;
 
 namespace {
 

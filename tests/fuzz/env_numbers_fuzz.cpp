@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "common/quote.h"
 #include "fuzz_util.h"
 #include "group/duration.h"
 #include "launch/error.h"
@@ -123,7 +124,7 @@ void check_device(slurmddp::fuzz::Input& in) {
 }
 
 void check_quote(std::string_view value) {
-  std::string q = launch::quote(value);
+  std::string q = slurmddp::common::quote(value);
   FUZZ_CHECK(q.size() >= 2 && q.front() == '\'' && q.back() == '\'', q);
   for (size_t i = 1; i + 1 < q.size(); ++i) {
     auto u = static_cast<unsigned char>(q[i]);
