@@ -348,7 +348,7 @@ std::unique_ptr<Communicator> make_communicator(
 void settle_device(ProcessIdentity& id, const BackendChoice& choice,
                    const std::vector<std::string>& physical, const membership::Membership& group) {
   if (id.gpus.empty()) return;
-  const membership::Locality where = locality_from_environment(id);
+  const Locality where = locality_from_environment(id);
   const NodeGpuOutcome o =
       settle_node_gpus(id, group, where.node_ranks, where.node, getenv_opt("SLURMD_TRES_BIND"));
   id.local_device = o.device;

@@ -54,6 +54,7 @@
 #include <utility>
 #include <vector>
 
+#include "env/locality.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 
@@ -61,14 +62,8 @@ namespace slurmddp::membership {
 
 using Clock = std::chrono::steady_clock;
 
-// Where ranks run, so that a rendezvous that times out can say on which hosts
-// the missing ranks are (Note [Locating missing ranks]). Every part is
-// optional: without it the message names ranks only.
-struct Locality {
-  std::string node;                // this rank's node (SLURMD_NODENAME, else the host name)
-  std::vector<int> node_ranks;     // the ranks expected on this node, this one included
-  std::vector<std::string> nodes;  // every node of the group
-};
+// Where ranks run (env/locality.h): the join's JoinOptions::locality.
+using slurmddp::Locality;
 
 struct JoinOptions {
   std::shared_ptr<Store> store;  // may be null for a group of one

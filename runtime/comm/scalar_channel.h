@@ -1,6 +1,7 @@
 // One int64 allreduce(max) on the memory the communicator works on (host
-// memory for Gloo, an 8-byte device buffer for NCCL): StopSignal's agreed stop
-// check and the Checkpointer's agreement on which checkpoint to load.
+// memory for Gloo and MPI, an 8-byte device buffer for NCCL): StopSignal's
+// agreed stop check and the Checkpointer's agreement on which checkpoint to
+// load (runtime/resume).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,7 @@
 
 #include "slurmddp/communicator.h"
 
-namespace slurmddp::resume {
+namespace slurmddp::comm {
 
 class ScalarChannel {
  public:
@@ -20,4 +21,4 @@ class ScalarChannel {
 // Throws Error for a CUDA communicator in a build without CUDA.
 std::unique_ptr<ScalarChannel> make_scalar_channel(Communicator& comm);
 
-}  // namespace slurmddp::resume
+}  // namespace slurmddp::comm
