@@ -152,16 +152,8 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id,
                                                    const std::shared_ptr<Store>& store,
                                                    std::chrono::milliseconds timeout) {
   const Backend backend = choice.backend;
-  membership::JoinOptions j;
-  j.store = store;
-  j.prefix = "slurmddp/init";
-  j.rank = id.rank;
-  j.size = id.world_size;
-  j.deadline = std::chrono::steady_clock::now() + timeout;
-  j.head = "init: failed to join the process group: ";
-  j.where = "rank=" + std::to_string(id.rank) + ", size=" + std::to_string(id.world_size) +
-            ", host=" + host_name() + ", timeout_ms=" + std::to_string(timeout.count());
-  j.locality = locality_from_environment(id);
+  membership::JoinOptions j =
+      join_options(id, store, "slurmddp/init", "init: failed to join the process group: ", timeout);
   std::vector<std::string> agree;
   const auto gpu_fields = node_gpu_fields(id, physical);  // Note [Node GPUs]
 #if SLURMDDP_HAVE_GLOO
@@ -362,6 +354,22 @@ void settle_device(ProcessIdentity& id, const BackendChoice& choice,
 }
 
 }  // namespace
+
+membership::JoinOptions join_options(const ProcessIdentity& id, std::shared_ptr<Store> store,
+                                     const std::string& prefix, const std::string& head,
+                                     std::chrono::milliseconds timeout) {
+  membership::JoinOptions j;
+  j.store = std::move(store);
+  j.prefix = prefix;
+  j.rank = id.rank;
+  j.size = id.world_size;
+  j.deadline = std::chrono::steady_clock::now() + timeout;
+  j.head = head;
+  j.where = "rank=" + std::to_string(id.rank) + ", size=" + std::to_string(id.world_size) +
+            ", host=" + host_name() + ", timeout_ms=" + std::to_string(timeout.count());
+  j.locality = locality_from_environment(id);
+  return j;
+}
 
 std::chrono::milliseconds timeout_from_environment(
     const std::optional<std::chrono::milliseconds>& requested) {
