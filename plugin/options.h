@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "settings.h"
+#include "launch/settings.h"
 
 namespace slurmddp::plugin {
 

@@ -31,13 +31,13 @@ extern "C" {
 #include <slurm/spank.h>
 }
 
-#include "error.h"
+#include "launch/error.h"
+#include "launch/parse.h"
+#include "launch/rendezvous.h"
+#include "launch/settings.h"
+#include "launch/threads.h"
 #include "options.h"
-#include "parse.h"
-#include "rendezvous.h"
-#include "settings.h"
 #include "slurm_compat.h"
-#include "threads.h"
 #include "token.h"
 
 // Built with hidden visibility; these and the slurm_spank_* hooks are the only exports

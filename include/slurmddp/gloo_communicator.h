@@ -25,7 +25,7 @@
 //    (a quarter of the timeout, at most 2 s) in which the ranks compare notes
 //    through the store.
 //  - float16/bfloat16 are reduced in float32 and rounded once (see
-//    runtime/comm/reduce.h, Note [16-bit reductions]); avg is sum then divide
+//    runtime/comm/host/reduce.h, Note [16-bit reductions]); avg is sum then divide
 //    (integers truncate toward zero); integer sums wrap around.
 //  - allgather: send and recv must not overlap, except send == recv + rank * count
 //    (in place). reduce_scatter: recv must not overlap send.

@@ -4,7 +4,6 @@
 // identity, the authenticated store, the join that names who is missing).
 // Every blocking call releases the GIL.
 #include <pybind11/stl.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <optional>
@@ -55,12 +54,6 @@ Millis millis(int64_t ms, const char* what) {
   return Millis(ms);
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
 // The rendezvous of slurmddp:// (Python side: slurmddp.torch).
 struct Rendezvous {
   PyStore store;
@@ -95,17 +88,9 @@ Rendezvous rendezvous(int rank, int world_size, std::optional<int64_t> timeout_m
   r.timeout_ms = timeout.count();
   auto store = rendezvous_store(id, bootstrap_from_environment(Bootstrap::kAuto), timeout,
                                 "slurmddp:// rendezvous: ");
-  membership::JoinOptions j;
-  j.store = store;
-  j.prefix = "slurmddp/torch";
-  j.rank = id.rank;
-  j.size = id.world_size;
-  j.deadline = std::chrono::steady_clock::now() + timeout;
-  j.head = "slurmddp:// rendezvous: ";
-  j.where = "rank=" + std::to_string(id.rank) + ", size=" + std::to_string(id.world_size) +
-            ", host=" + host_name() + ", timeout_ms=" + std::to_string(timeout.count());
-  j.locality = locality_from_environment(id);
-  membership::Membership::join(std::move(j));
+  // init()'s join, under its own prefix and without a backend's fields.
+  membership::Membership::join(
+      join_options(id, store, "slurmddp/torch", "slurmddp:// rendezvous: ", timeout));
   r.store.store = store;
   if (auto tcp = std::dynamic_pointer_cast<TcpStore>(store)) r.store.endpoint = tcp->endpoint();
   return r;

@@ -5,11 +5,11 @@
 #include "common/log.h"
 #include "env/identity.h"
 #include "env/pmix_identity.h"
-#include "error.h"
-#include "hostlist.h"
-#include "parse.h"
-#include "rendezvous.h"
-#include "settings.h"
+#include "launch/error.h"
+#include "launch/hostlist.h"
+#include "launch/parse.h"
+#include "launch/rendezvous.h"
+#include "launch/settings.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {

@@ -3,7 +3,7 @@
 // can run every source without touching the machine's resolver.
 #pragma once
 
-#include "rendezvous.h"
+#include "launch/rendezvous.h"
 #include "slurmddp/identity.h"
 
 namespace slurmddp {

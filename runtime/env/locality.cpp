@@ -32,8 +32,8 @@ std::vector<int> gtids_ranks(const std::string& gtids, const ProcessIdentity& id
 
 }  // namespace
 
-membership::Locality locality_from_environment(const ProcessIdentity& id, const EnvReader& env) {
-  membership::Locality l;
+Locality locality_from_environment(const ProcessIdentity& id, const EnvReader& env) {
+  Locality l;
   if (auto n = env("SLURMD_NODENAME"); n && !n->empty()) {
     l.node = *n;
   } else {
@@ -63,7 +63,7 @@ membership::Locality locality_from_environment(const ProcessIdentity& id, const 
   return l;
 }
 
-membership::Locality locality_from_environment(const ProcessIdentity& id) {
+Locality locality_from_environment(const ProcessIdentity& id) {
   return locality_from_environment(id, [](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);
     return v != nullptr ? std::optional<std::string>(v) : std::nullopt;

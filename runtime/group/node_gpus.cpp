@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "gpu_binding.h"
-#include "parse.h"
+#include "launch/gpu_binding.h"
+#include "launch/parse.h"
 
 namespace slurmddp {
 

@@ -7,12 +7,12 @@
 #include "comm/over_membership.h"
 #include "common/log.h"
 #include "env/locality.h"
-#include "gpu_binding.h"
 #include "group/duration.h"
 #include "group/node_gpus.h"
 #include "group/open_files.h"
 #include "group/rendezvous_store.h"
 #include "group/watch.h"
+#include "launch/gpu_binding.h"
 #include "membership/membership.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
@@ -138,16 +138,8 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id,
                                                    const std::shared_ptr<Store>& store,
                                                    std::chrono::milliseconds timeout) {
   const Backend backend = choice.backend;
-  membership::JoinOptions j;
-  j.store = store;
-  j.prefix = "slurmddp/init";
-  j.rank = id.rank;
-  j.size = id.world_size;
-  j.deadline = std::chrono::steady_clock::now() + timeout;
-  j.head = "init: failed to join the process group: ";
-  j.where = "rank=" + std::to_string(id.rank) + ", size=" + std::to_string(id.world_size) +
-            ", host=" + host_name() + ", timeout_ms=" + std::to_string(timeout.count());
-  j.locality = locality_from_environment(id);
+  membership::JoinOptions j =
+      join_options(id, store, "slurmddp/init", "init: failed to join the process group: ", timeout);
   std::vector<std::string> agree;
   const auto gpu_fields = node_gpu_fields(id, physical);  // Note [Node GPUs]
 #if SLURMDDP_HAVE_GLOO
@@ -334,7 +326,7 @@ std::unique_ptr<Communicator> make_communicator(
 void settle_device(ProcessIdentity& id, const BackendChoice& choice,
                    const std::vector<std::string>& physical, const membership::Membership& group) {
   if (id.gpus.empty()) return;
-  const membership::Locality where = locality_from_environment(id);
+  const Locality where = locality_from_environment(id);
   const NodeGpuOutcome o =
       settle_node_gpus(id, group, where.node_ranks, where.node, getenv_opt("SLURMD_TRES_BIND"));
   id.local_device = o.device;
@@ -348,6 +340,22 @@ void settle_device(ProcessIdentity& id, const BackendChoice& choice,
 }
 
 }  // namespace
+
+membership::JoinOptions join_options(const ProcessIdentity& id, std::shared_ptr<Store> store,
+                                     const std::string& prefix, const std::string& head,
+                                     std::chrono::milliseconds timeout) {
+  membership::JoinOptions j;
+  j.store = std::move(store);
+  j.prefix = prefix;
+  j.rank = id.rank;
+  j.size = id.world_size;
+  j.deadline = std::chrono::steady_clock::now() + timeout;
+  j.head = head;
+  j.where = "rank=" + std::to_string(id.rank) + ", size=" + std::to_string(id.world_size) +
+            ", host=" + host_name() + ", timeout_ms=" + std::to_string(timeout.count());
+  j.locality = locality_from_environment(id);
+  return j;
+}
 
 std::chrono::milliseconds timeout_from_environment(
     const std::optional<std::chrono::milliseconds>& requested) {

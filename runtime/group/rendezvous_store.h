@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "membership/membership.h"
 #include "slurmddp/identity.h"
 #include "slurmddp/process_group.h"
 #include "slurmddp/store.h"
@@ -30,5 +31,13 @@ Bootstrap bootstrap_from_environment(Bootstrap requested);
 // `head` and says that rank 0 is missing.
 std::shared_ptr<Store> rendezvous_store(const ProcessIdentity& id, Bootstrap bootstrap,
                                         std::chrono::milliseconds timeout, const std::string& head);
+
+// The join that init() makes, without a backend's fields: this rank's record
+// under "<prefix>/", the world size checked once, a deadline `timeout` from
+// now, and messages that start with `head` and end with "rank=R, size=N,
+// host=H, timeout_ms=T" (missing ranks located from the environment).
+membership::JoinOptions join_options(const ProcessIdentity& id, std::shared_ptr<Store> store,
+                                     const std::string& prefix, const std::string& head,
+                                     std::chrono::milliseconds timeout);
 
 }  // namespace slurmddp

@@ -1,4 +1,4 @@
-#include "address.h"
+#include "launch/address.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -11,10 +11,13 @@
 #include <cstring>
 #include <memory>
 
-#include "error.h"
-#include "parse.h"
+#include "common/quote.h"
+#include "launch/error.h"
+#include "launch/parse.h"
 
 namespace slurmddp::launch {
+
+using common::quote;
 
 std::optional<IpAddress> IpAddress::parse(std::string_view text) {
   std::string s(text);

@@ -1,4 +1,4 @@
-#include "gpu_binding.h"
+#include "launch/gpu_binding.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <map>
 
-#include "parse.h"
+#include "launch/parse.h"
 
 namespace slurmddp::launch {
 

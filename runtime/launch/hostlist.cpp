@@ -1,12 +1,15 @@
-#include "hostlist.h"
+#include "launch/hostlist.h"
 
 #include <cstdint>
 #include <optional>
 
-#include "error.h"
-#include "parse.h"
+#include "common/quote.h"
+#include "launch/error.h"
+#include "launch/parse.h"
 
 namespace slurmddp::launch {
+
+using common::quote;
 
 namespace {
 

@@ -1,11 +1,14 @@
-#include "parse.h"
+#include "launch/parse.h"
 
 #include <cctype>
 #include <cstdio>
 
-#include "error.h"
+#include "common/quote.h"
+#include "launch/error.h"
 
 namespace slurmddp::launch {
+
+using common::quote;
 
 namespace {
 
@@ -37,28 +40,6 @@ std::string lower(std::string_view s) {
 }
 
 }  // namespace
-
-std::string quote(std::string_view value) {
-  constexpr size_t kMax = 80;
-  std::string out = "'";
-  size_t n = 0;
-  for (char c : value) {
-    if (n++ == kMax) {
-      out += "...";
-      break;
-    }
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f || c == '\'' || c == '\\') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  out += "'";
-  return out;
-}
 
 uint64_t parse_uint(std::string_view name, std::string_view value, uint64_t lo, uint64_t hi) {
   auto v = to_u64(value);

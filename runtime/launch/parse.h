@@ -43,8 +43,4 @@ std::vector<std::string> split(std::string_view s, char sep);
 // The inverse: the items with `sep` between them.
 std::string join(const std::vector<std::string>& items, char sep);
 
-// Returns the quoted form used in error messages: 'value' (control characters escaped,
-// long values shortened), so a garbled variable cannot break the log line.
-std::string quote(std::string_view value);
-
 }  // namespace slurmddp::launch

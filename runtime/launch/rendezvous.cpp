@@ -1,13 +1,16 @@
-#include "rendezvous.h"
+#include "launch/rendezvous.h"
 
 #include <algorithm>
 #include <set>
 
-#include "error.h"
-#include "hostlist.h"
-#include "parse.h"
+#include "common/quote.h"
+#include "launch/error.h"
+#include "launch/hostlist.h"
+#include "launch/parse.h"
 
 namespace slurmddp::launch {
+
+using common::quote;
 
 namespace {
 

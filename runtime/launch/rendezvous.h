@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "address.h"
-#include "gpu_binding.h"
-#include "settings.h"
+#include "launch/address.h"
+#include "launch/gpu_binding.h"
+#include "launch/settings.h"
 
 namespace slurmddp::launch {
 

@@ -1,8 +1,11 @@
-#include "settings.h"
+#include "launch/settings.h"
 
-#include "error.h"
+#include "common/quote.h"
+#include "launch/error.h"
 
 namespace slurmddp::launch {
+
+using common::quote;
 
 const std::vector<KeyDoc>& plugstack_keys() {
   static const std::vector<KeyDoc> keys = {

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "address.h"
-#include "parse.h"
+#include "launch/address.h"
+#include "launch/parse.h"
 
 namespace slurmddp::launch {
 

@@ -6,8 +6,8 @@
 // (Note [Probing for missing ranks]).
 #include <chrono>
 
+#include "common/quote.h"
 #include "membership/ranks.h"
-#include "parse.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 #include "store/barrier_join.h"
@@ -27,7 +27,7 @@ std::string rank_key(const std::string& prefix, int rank) {
 void store_barrier(Store& store, const std::string& name, int rank, int world_size,
                    Millis timeout) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
-    throw InvalidArgument("store: failed to enter barrier " + launch::quote(name) +
+    throw InvalidArgument("store: failed to enter barrier " + common::quote(name) +
                           ": the rank must be in [0, world_size); rank=" + std::to_string(rank) +
                           ", world_size=" + std::to_string(world_size));
   }
@@ -36,7 +36,7 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
   const std::string done = prefix + "done";
   auto check_joined = [&](int64_t joined) {
     if (joined > world_size) {
-      throw InvalidArgument("store: failed to enter barrier " + launch::quote(name) + ": " +
+      throw InvalidArgument("store: failed to enter barrier " + common::quote(name) + ": " +
                             std::to_string(joined) +
                             " ranks joined but world_size=" + std::to_string(world_size) +
                             " (ranks disagree on the world size, or the barrier name was "

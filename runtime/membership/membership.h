@@ -42,7 +42,7 @@
 // ranks on n nodes with two or more ranks a node; it was N (2P + 17) + 8 n + 1
 // when every rank wrote and read one key per node-mate. A flat group (one
 // rank a node) of up to 512 ranks adds its mesh, N^2; a larger one is a ring
-// (Note [Flat mesh only when flat] in comm/gloo_communicator.h).
+// (Note [Flat mesh only when flat] in comm/gloo/gloo_communicator.h).
 #pragma once
 
 #include <chrono>
@@ -54,6 +54,7 @@
 #include <utility>
 #include <vector>
 
+#include "env/locality.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 
@@ -61,14 +62,8 @@ namespace slurmddp::membership {
 
 using Clock = std::chrono::steady_clock;
 
-// Where ranks run, so that a rendezvous that times out can say on which hosts
-// the missing ranks are (Note [Locating missing ranks]). Every part is
-// optional: without it the message names ranks only.
-struct Locality {
-  std::string node;                // this rank's node (SLURMD_NODENAME, else the host name)
-  std::vector<int> node_ranks;     // the ranks expected on this node, this one included
-  std::vector<std::string> nodes;  // every node of the group
-};
+// Where ranks run (env/locality.h): the join's JoinOptions::locality.
+using slurmddp::Locality;
 
 struct JoinOptions {
   std::shared_ptr<Store> store;  // may be null for a group of one

@@ -6,7 +6,7 @@
 // Which *rank* is at fault takes the whole group's view, so the ranks compare
 // notes through the store, under the group's keys:
 //   1. (The backend's part) The rank at the other end of a failed connection
-//      is named when the backend can tell (Gloo: comm/gloo_failure.h maps the
+//      is named when the backend can tell (Gloo: comm/gloo/gloo_failure.h maps the
 //      endpoint in its message back to the rank that published it).
 //   2. On a failure a rank writes "<scope>/failed/<rank>" (what it saw, and
 //      the peer when known), THEN closes all its connections, so every peer

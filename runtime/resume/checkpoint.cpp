@@ -5,10 +5,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "checkpoint_file.h"
-#include "checkpoint_io.h"
+#include "comm/scalar_channel.h"
 #include "common/log.h"
-#include "scalar_channel.h"
+#include "resume/checkpoint_file.h"
+#include "resume/checkpoint_io.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {
@@ -36,7 +36,7 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     if (ec) {
       throw Error("checkpoint: failed to create the directory " + dir_ + ": " + ec.message());
     }
-    channel_ = resume::make_scalar_channel(*comm_);
+    channel_ = comm::make_scalar_channel(*comm_);
   }
 
   void save(int64_t step, const SamplerState& sampler, ByteView payload) {
@@ -165,7 +165,7 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
   std::shared_ptr<Communicator> comm_;
   std::string dir_;
   CheckpointOptions options_;
-  std::unique_ptr<resume::ScalarChannel> channel_;
+  std::unique_ptr<comm::ScalarChannel> channel_;
 };
 
 Checkpointer::Checkpointer(std::shared_ptr<Communicator> comm, std::string dir,

@@ -1,4 +1,4 @@
-#include "checkpoint_file.h"
+#include "resume/checkpoint_file.h"
 
 #include <cinttypes>
 #include <cstdio>

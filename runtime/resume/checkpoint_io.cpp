@@ -1,4 +1,4 @@
-#include "checkpoint_io.h"
+#include "resume/checkpoint_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

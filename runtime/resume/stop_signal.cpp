@@ -7,8 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include "comm/scalar_channel.h"
 #include "common/log.h"
-#include "scalar_channel.h"
 #include "slurmddp/error.h"
 #include "slurmddp/stop.h"
 
@@ -127,7 +127,7 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
 
   void attach(std::shared_ptr<Communicator> comm) {
     if (!comm) throw InvalidArgument("StopSignal::attach: the communicator is null");
-    channel_ = resume::make_scalar_channel(*comm);
+    channel_ = comm::make_scalar_channel(*comm);
     comm_ = std::move(comm);
   }
 
@@ -175,7 +175,7 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
 
   std::shared_ptr<Communicator> comm_;
   StopOptions options_;
-  std::unique_ptr<resume::ScalarChannel> channel_;
+  std::unique_ptr<comm::ScalarChannel> channel_;
   int agreed_ = 0;
 };
 

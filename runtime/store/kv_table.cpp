@@ -2,12 +2,12 @@
 
 #include <charconv>
 
-#include "parse.h"
+#include "common/quote.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp::store {
 
-using launch::quote;
+using common::quote;
 
 void validate_key(const char* op, const std::string& key) {
   if (key.empty()) {

@@ -25,7 +25,7 @@
 #include <unordered_map>
 
 #include "common/log.h"
-#include "parse.h"
+#include "common/quote.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp/tcp_store_limits.h"
@@ -43,7 +43,7 @@ using store::Clock;
 using store::Fd;
 namespace wire = store::wire;
 namespace auth = store::auth;
-using launch::quote;
+using common::quote;
 
 constexpr Millis kFirstBackoff{10};
 constexpr Millis kMaxBackoff{1000};

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "address.h"
-#include "error.h"
 #include "fuzz_util.h"
+#include "launch/address.h"
+#include "launch/error.h"
 
 namespace {
 

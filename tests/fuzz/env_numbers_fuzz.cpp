@@ -16,12 +16,13 @@
 #include <string>
 
 #include "common/log.h"
-#include "error.h"
+#include "common/quote.h"
 #include "fuzz_util.h"
-#include "gpu_binding.h"
 #include "group/duration.h"
-#include "parse.h"
-#include "rendezvous.h"
+#include "launch/error.h"
+#include "launch/gpu_binding.h"
+#include "launch/parse.h"
+#include "launch/rendezvous.h"
 #include "slurmddp/error.h"
 
 namespace {
@@ -123,7 +124,7 @@ void check_device(slurmddp::fuzz::Input& in) {
 }
 
 void check_quote(std::string_view value) {
-  std::string q = launch::quote(value);
+  std::string q = slurmddp::common::quote(value);
   FUZZ_CHECK(q.size() >= 2 && q.front() == '\'' && q.back() == '\'', q);
   for (size_t i = 1; i + 1 < q.size(); ++i) {
     auto u = static_cast<unsigned char>(q[i]);

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "fuzz_util.h"
-#include "hostlist.h"
+#include "launch/error.h"
+#include "launch/hostlist.h"
 
 namespace {
 

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "address.h"
 #include "env/identity.h"
-#include "error.h"
 #include "fuzz_util.h"
-#include "parse.h"
-#include "rendezvous.h"
+#include "launch/address.h"
+#include "launch/error.h"
+#include "launch/parse.h"
+#include "launch/rendezvous.h"
 #include "slurmddp/error.h"
 #include "slurmddp/identity.h"
 

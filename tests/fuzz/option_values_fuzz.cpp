@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "fuzz_util.h"
-#include "options.h"
-#include "settings.h"
+#include "launch/error.h"
+#include "launch/settings.h"
+#include "plugin/options.h"
 
 namespace {
 

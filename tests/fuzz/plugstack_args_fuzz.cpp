@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "fuzz_util.h"
-#include "settings.h"
+#include "launch/error.h"
+#include "launch/settings.h"
 
 namespace {
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "fuzz_util.h"
-#include "parse.h"
-#include "rendezvous.h"
+#include "launch/error.h"
+#include "launch/parse.h"
+#include "launch/rendezvous.h"
 
 namespace {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "fuzz_util.h"
-#include "parse.h"
+#include "launch/error.h"
+#include "launch/parse.h"
 
 namespace {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "collective_checks.h"
-#include "comm/nccl_scale.h"
+#include "comm/nccl/nccl_scale.h"
 #include "gpu_test_main.h"
 #include "gpu_values.h"
 #include "probe_verdict.h"

@@ -1,6 +1,6 @@
 // The NCCL communicator's pure rules (device choice, rendezvous diagnosis):
 // run in the unit suite on any machine, GPU or not.
-#include "comm/nccl_rules.h"
+#include "comm/nccl/nccl_rules.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "cluster.h"
-#include "error.h"
-#include "hostlist.h"
+#include "launch/error.h"
+#include "launch/hostlist.h"
 
 namespace slurmddp::systest {
 namespace {

@@ -51,7 +51,7 @@
 
 #include "../../common/rank_launcher.h"
 #include "../../common/stats.h"
-#include "comm/nccl_util.h"
+#include "comm/nccl/nccl_util.h"
 #include "gpu_values.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"

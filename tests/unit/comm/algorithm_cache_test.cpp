@@ -2,8 +2,8 @@
 // sequence of keys and sizes.
 #include <gtest/gtest.h>
 
-#include "comm/gloo_algorithms.h"
-#include "comm/gloo_communicator.h"
+#include "comm/gloo/gloo_algorithms.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "slurmddp/gloo_communicator.h"
 
 namespace slurmddp::comm {

@@ -1,12 +1,12 @@
 // Failure classification and the endpoint map of Note [Gloo endpoints], and
 // the group diagnosis of Note [Failure notes] over them.
-#include "comm/gloo_failure.h"
+#include "comm/gloo/gloo_failure.h"
 
 #include <gloo/common/error.h>
 #include <gtest/gtest.h>
 
 #include "../membership/note_helpers.h"
-#include "comm/shm_node.h"
+#include "comm/host/shm_node.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 

@@ -1,6 +1,6 @@
 // Note [Mesh connection]: the records ranks exchange to connect a mesh, and a
 // mesh connected over them (ranks as threads, loopback).
-#include "comm/gloo_mesh.h"
+#include "comm/gloo/gloo_mesh.h"
 
 #include <arpa/inet.h>
 #include <gloo/allreduce.h>

@@ -1,7 +1,7 @@
 // The NCCL communicator's rendezvous through the Store (nccl_id_exchange.h),
 // without CUDA or NCCL: ranks as threads on the in-process store, ids as
 // made-up bytes. Note [Rendezvous generations] is the reason for most cases.
-#include "comm/nccl_id_exchange.h"
+#include "comm/nccl/nccl_id_exchange.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The arithmetic under the CPU collectives: 16-bit conversions, reduction
 // kernels, average.
-#include "comm/reduce.h"
+#include "comm/host/reduce.h"
 
 #include <gtest/gtest.h>
 

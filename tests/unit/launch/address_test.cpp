@@ -1,10 +1,10 @@
-#include "address.h"
+#include "launch/address.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
-#include "error.h"
+#include "launch/error.h"
 
 namespace slurmddp::launch {
 namespace {

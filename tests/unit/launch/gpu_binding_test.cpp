@@ -1,6 +1,6 @@
 // Note [Device choice]: every binding form Slurm has, as one task of a node
 // sees it, and init()'s assignment across the ranks of a node.
-#include "gpu_binding.h"
+#include "launch/gpu_binding.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

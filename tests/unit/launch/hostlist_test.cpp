@@ -1,9 +1,9 @@
-#include "hostlist.h"
+#include "launch/hostlist.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "error.h"
+#include "launch/error.h"
 
 namespace slurmddp::launch {
 namespace {

@@ -1,9 +1,10 @@
-#include "parse.h"
+#include "launch/parse.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "error.h"
+#include "common/quote.h"
+#include "launch/error.h"
 
 namespace slurmddp::launch {
 namespace {
@@ -88,8 +89,8 @@ TEST(TasksPerNode, SlurmForms) {
 }
 
 TEST(Quote, EscapesControlCharactersAndShortens) {
-  EXPECT_EQ(quote("a\nb"), "'a\\x0ab'");
-  EXPECT_EQ(quote(std::string(100, 'x')).size(), 80u + 2 + 3);
+  EXPECT_EQ(common::quote("a\nb"), "'a\\x0ab'");
+  EXPECT_EQ(common::quote(std::string(100, 'x')).size(), 80u + 2 + 3);
 }
 
 }  // namespace

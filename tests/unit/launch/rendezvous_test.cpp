@@ -1,4 +1,4 @@
-#include "rendezvous.h"
+#include "launch/rendezvous.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "error.h"
+#include "launch/error.h"
 
 namespace slurmddp::launch {
 namespace {

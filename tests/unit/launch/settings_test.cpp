@@ -1,11 +1,11 @@
-#include "settings.h"
+#include "launch/settings.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "error.h"
+#include "launch/error.h"
 
 namespace slurmddp::launch {
 namespace {

@@ -1,4 +1,4 @@
-#include "threads.h"
+#include "launch/threads.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "parse.h"
+#include "launch/parse.h"
 
 namespace slurmddp {
 namespace {

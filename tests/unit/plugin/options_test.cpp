@@ -1,4 +1,4 @@
-#include "options.h"
+#include "plugin/options.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <set>
 #include <string>
 
-#include "error.h"
-#include "token.h"
+#include "launch/error.h"
+#include "plugin/token.h"
 
 namespace slurmddp::plugin {
 namespace {
