@@ -194,6 +194,27 @@ WorkHandle NcclCommunicatorImpl::issue(const std::string& what, size_t count,
   return work;
 }
 
+// NCCL's operation for `op`. Without a native average (NCCL before 2.10)
+// kAvg is a sum followed, on the stream, by dividing `result` by the size.
+ncclRedOp_t NcclCommunicatorImpl::nccl_op(ReduceOp op, void* result, size_t count, DataType type,
+                                          After* after) const {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kAvg:
+      if (native_avg_) return ncclAvg;
+      *after = [result, count, type, n = size_](cudaStream_t s) {
+        return launch_divide(result, count, type, n, s);
+      };
+      return ncclSum;
+  }
+  return ncclSum;
+}
+
 WorkHandle NcclCommunicatorImpl::allreduce(void* data, size_t count, DataType type, ReduceOp op,
                                            const NcclOrder& order) {
   check_order("allreduce", order);
@@ -201,30 +222,8 @@ WorkHandle NcclCommunicatorImpl::allreduce(void* data, size_t count, DataType ty
   const std::string what = std::string("allreduce of ") + std::to_string(count) + " " +
                            slurmddp::to_string(type) + " (" + slurmddp::to_string(op) + ")";
   const ncclDataType_t t = to_nccl(type);
-  ncclRedOp_t nop = ncclSum;
   After after;
-  switch (op) {
-    case ReduceOp::kSum:
-      nop = ncclSum;
-      break;
-    case ReduceOp::kMin:
-      nop = ncclMin;
-      break;
-    case ReduceOp::kMax:
-      nop = ncclMax;
-      break;
-    case ReduceOp::kAvg:
-      if (native_avg_) {
-        nop = ncclAvg;
-      } else {
-        nop = ncclSum;
-        const int n = size_;
-        after = [data, count, type, n](cudaStream_t s) {
-          return launch_divide(data, count, type, n, s);
-        };
-      }
-      break;
-  }
+  const ncclRedOp_t nop = nccl_op(op, data, count, type, &after);
   return issue(
       what, count, order,
       [=](ncclComm_t c, cudaStream_t s) { return ncclAllReduce(data, data, count, t, nop, c, s); },
@@ -299,30 +298,8 @@ WorkHandle NcclCommunicatorImpl::reduce_scatter(const void* send, void* recv, si
                            slurmddp::to_string(type) + " per rank (" + slurmddp::to_string(op) +
                            ")";
   const ncclDataType_t t = to_nccl(type);
-  ncclRedOp_t nop = ncclSum;
   After after;
-  switch (op) {
-    case ReduceOp::kSum:
-      nop = ncclSum;
-      break;
-    case ReduceOp::kMin:
-      nop = ncclMin;
-      break;
-    case ReduceOp::kMax:
-      nop = ncclMax;
-      break;
-    case ReduceOp::kAvg:
-      if (native_avg_) {
-        nop = ncclAvg;
-      } else {
-        nop = ncclSum;
-        const int n = size_;
-        after = [recv, count, type, n](cudaStream_t s) {
-          return launch_divide(recv, count, type, n, s);
-        };
-      }
-      break;
-  }
+  const ncclRedOp_t nop = nccl_op(op, recv, count, type, &after);
   return issue(
       what, count, order,
       [=](ncclComm_t c, cudaStream_t s) {

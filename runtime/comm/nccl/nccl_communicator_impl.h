@@ -97,6 +97,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                     size_t ranks) const;
   size_t checked_bytes(const char* verb, size_t count, DataType type, size_t ranks) const;
   std::string op_text(const std::string& what, uint64_t seq) const;
+  ncclRedOp_t nccl_op(ReduceOp op, void* result, size_t count, DataType type, After* after) const;
   void check_order(const char* verb, const NcclOrder& order) const;
   WorkHandle issue(const std::string& what, size_t count, const NcclOrder& order,
                    const Enqueue& enqueue, const After& after = nullptr);
