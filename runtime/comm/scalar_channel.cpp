@@ -31,36 +31,10 @@ class HostChannel : public ScalarChannel {
 
 #if SLURMDDP_HAVE_CUDA
 
-// "rank=R, device=D" (rank -1: none given) for every message.
-std::string device_text(int device, int rank) {
-  return (rank >= 0 ? "rank=" + std::to_string(rank) + ", " : std::string()) +
-         "device=" + std::to_string(device);
-}
-
 void check(cudaError_t status, const char* what, int device, int rank) {
   if (status == cudaSuccess) return;
   throw CudaError(std::string("comm: failed to ") + what + ": " + cudaGetErrorString(status) +
-                  " (" + cudaGetErrorName(status) + "); " + device_text(device, rank));
-}
-
-// `requested` (the communicator's device) when >= 0, else the calling
-// thread's current device.
-int resolve_device(int requested, int rank) {
-  int count = 0;
-  check(cudaGetDeviceCount(&count), "count CUDA devices", requested, rank);
-  if (count == 0) check(cudaErrorNoDevice, "find a CUDA device", requested, rank);
-  if (requested >= 0) {
-    if (requested >= count) {
-      throw InvalidArgument("comm: failed to use the communicator's CUDA device: device " +
-                            std::to_string(requested) + " is not among the " +
-                            std::to_string(count) + " visible devices; " +
-                            device_text(requested, rank));
-    }
-    return requested;
-  }
-  int current = 0;
-  check(cudaGetDevice(&current), "read the current CUDA device", -1, rank);
-  return current;
+                  " (" + cudaGetErrorName(status) + "); " + cuda_util::device_text(device, rank));
 }
 
 // The value lives in 8 bytes on the communicator's GPU; the copies run on a
@@ -69,8 +43,8 @@ int resolve_device(int requested, int rank) {
 class DeviceChannel : public ScalarChannel {
  public:
   DeviceChannel(Communicator& comm, int device)
-      : comm_(comm), rank_(comm.rank()), device_(resolve_device(device, rank_)) {
-    cuda_util::ScopedDevice scope(device_, "comm", device_text(device_, rank_));
+      : comm_(comm), rank_(comm.rank()), device_(cuda_util::resolve_device(device, rank_, "comm")) {
+    cuda_util::ScopedDevice scope(device_, "comm", cuda_util::device_text(device_, rank_));
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create a stream", device_,
           rank_);
     const cudaError_t allocated = cudaMalloc(&data_, sizeof(int64_t));
@@ -82,8 +56,8 @@ class DeviceChannel : public ScalarChannel {
   ~DeviceChannel() override {
     std::unique_ptr<cuda_util::ScopedDevice> scope;
     try {
-      scope =
-          std::make_unique<cuda_util::ScopedDevice>(device_, "comm", device_text(device_, rank_));
+      scope = std::make_unique<cuda_util::ScopedDevice>(device_, "comm",
+                                                        cuda_util::device_text(device_, rank_));
     } catch (const std::exception&) {
       // Not fatal here: the frees below work from any current device.
     }
@@ -95,14 +69,14 @@ class DeviceChannel : public ScalarChannel {
 
   int64_t max(int64_t mine) override {
     {
-      cuda_util::ScopedDevice scope(device_, "comm", device_text(device_, rank_));
+      cuda_util::ScopedDevice scope(device_, "comm", cuda_util::device_text(device_, rank_));
       check(cudaMemcpyAsync(data_, &mine, sizeof mine, cudaMemcpyHostToDevice, stream_),
             "copy to the device", device_, rank_);
       check(cudaStreamSynchronize(stream_), "copy to the device", device_, rank_);
     }
     comm_.allreduce(data_, 1, DataType::kInt64, ReduceOp::kMax)->wait();
     int64_t v = 0;
-    cuda_util::ScopedDevice scope(device_, "comm", device_text(device_, rank_));
+    cuda_util::ScopedDevice scope(device_, "comm", cuda_util::device_text(device_, rank_));
     check(cudaMemcpy(&v, data_, sizeof v, cudaMemcpyDeviceToHost), "copy from the device", device_,
           rank_);
     return v;

@@ -4,6 +4,8 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <string>
+
 #include "slurmddp/error.h"
 
 namespace slurmddp::cuda_util {
@@ -86,6 +88,35 @@ ScopedDevice::~ScopedDevice() {
   if (!switched_ || previous_ < 0) return;
   if (!primary_context_active(previous_)) return;  // the Note: keep `device` current
   (void)cudaSetDevice(previous_);
+}
+
+std::string device_text(int device, int rank) {
+  return (rank >= 0 ? "rank=" + std::to_string(rank) + ", " : std::string()) +
+         "device=" + std::to_string(device);
+}
+
+int resolve_device(int requested, int rank, const char* component) {
+  auto check = [&](cudaError_t status, const char* what, int device) {
+    if (status == cudaSuccess) return;
+    throw CudaError(std::string(component) + ": failed to " + what + ": " +
+                    cudaGetErrorString(status) + " (" + cudaGetErrorName(status) + "); " +
+                    device_text(device, rank));
+  };
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "count CUDA devices", requested);
+  if (count == 0) check(cudaErrorNoDevice, "find a CUDA device", requested);
+  if (requested >= 0) {
+    if (requested >= count) {
+      throw InvalidArgument(
+          std::string(component) + ": failed to use the communicator's CUDA device: device " +
+          std::to_string(requested) + " is not among the " + std::to_string(count) +
+          " visible devices; " + device_text(requested, rank));
+    }
+    return requested;
+  }
+  int current = 0;
+  check(cudaGetDevice(&current), "read the current CUDA device", -1);
+  return current;
 }
 
 }  // namespace slurmddp::cuda_util

@@ -1,5 +1,6 @@
 // Selecting a CUDA device for a scope without creating contexts on devices the
-// process does not use. Shared by the NCCL communicator and grad_sync.
+// process does not use, and choosing the device a CUDA helper works on. Shared
+// by the NCCL communicator, grad_sync and the scalar channel.
 //
 // Note [Device guard without stray contexts]
 // Since CUDA 12, cudaSetDevice(d) creates device d's primary context (hundreds
@@ -27,6 +28,15 @@ bool primary_context_active(int device);
 // and, on destruction, restores the previous device under the rule of the
 // Note. Throws CudaError "<component>: failed to make CUDA device <device>
 // current: <error>; <where>".
+// "rank=R, device=D" (rank < 0: no rank given) for messages.
+std::string device_text(int device, int rank);
+
+// `requested` (a communicator's device) when >= 0, else the calling thread's
+// current device. Throws CudaError "<component>: failed to <step>: <error>;
+// <device_text>" when CUDA fails or no device is visible, InvalidArgument when
+// `requested` is not among the visible devices.
+int resolve_device(int requested, int rank, const char* component);
+
 class ScopedDevice {
  public:
   ScopedDevice(int device, const char* component, const std::string& where);

@@ -33,18 +33,12 @@ namespace slurmddp::grad_sync {
 
 namespace {
 
-// "rank=R, device=D" (rank -1: none given) for every message.
-std::string device_text(int device, int rank) {
-  return (rank >= 0 ? "rank=" + std::to_string(rank) + ", " : std::string()) +
-         "device=" + std::to_string(device);
-}
-
 void check(cudaError_t status, const char* what, int device, int rank) {
   if (status == cudaSuccess) {
     return;
   }
   throw CudaError(std::string("grad_sync: failed to ") + what + ": " + cudaGetErrorString(status) +
-                  " (" + cudaGetErrorName(status) + "); " + device_text(device, rank));
+                  " (" + cudaGetErrorName(status) + "); " + cuda_util::device_text(device, rank));
 }
 
 // Makes the engine's device current for a scope (Note [Device guard without
@@ -52,33 +46,12 @@ void check(cudaError_t status, const char* what, int device, int rank) {
 // backward on another device, or may never have selected one.
 class DeviceScope {
  public:
-  DeviceScope(int device, int rank) : guard_(device, "grad_sync", device_text(device, rank)) {}
+  DeviceScope(int device, int rank)
+      : guard_(device, "grad_sync", cuda_util::device_text(device, rank)) {}
 
  private:
   cuda_util::ScopedDevice guard_;
 };
-
-// The device the engine works on: `requested` (the communicator's) when >= 0,
-// else the calling thread's current device.
-int resolve_device(int requested, int rank) {
-  int count = 0;
-  check(cudaGetDeviceCount(&count), "count CUDA devices", requested, rank);
-  if (count == 0) {
-    check(cudaErrorNoDevice, "find a CUDA device", requested, rank);
-  }
-  if (requested >= 0) {
-    if (requested >= count) {
-      throw InvalidArgument("grad_sync: failed to use the communicator's CUDA device: device " +
-                            std::to_string(requested) + " is not among the " +
-                            std::to_string(count) + " visible devices; " +
-                            device_text(requested, rank));
-    }
-    return requested;
-  }
-  int current = 0;
-  check(cudaGetDevice(&current), "read the current CUDA device", -1, rank);
-  return current;
-}
 
 struct DeviceTransfer {
   DataType src_type;
@@ -92,7 +65,7 @@ class CudaDevice final : public Device {
  public:
   CudaDevice(int device, size_t num_buckets, void* compute_stream, int rank)
       : rank_(rank),
-        device_(resolve_device(device, rank)),
+        device_(cuda_util::resolve_device(device, rank, "grad_sync")),
         compute_(static_cast<cudaStream_t>(compute_stream)) {
     // Everything the engine owns lives on device_, whatever the calling
     // thread's current device is.
@@ -206,14 +179,15 @@ class CudaDevice final : public Device {
       cudaGetLastError();  // clear the sticky-free error state of this call
       throw InvalidArgument("grad_sync: failed to register parameters: " + what +
                             " is not CUDA memory: " + cudaGetErrorString(status) + "; " +
-                            device_text(device_, rank_));
+                            cuda_util::device_text(device_, rank_));
     }
     const bool on_device = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
     if (!on_device || a.device != device_) {
       throw InvalidArgument("grad_sync: failed to register parameters: " + what +
                             " is not memory of the communicator's CUDA device; memory_type=" +
-                            std::to_string(static_cast<int>(a.type)) + ", memory_device=" +
-                            std::to_string(a.device) + ", " + device_text(device_, rank_));
+                            std::to_string(static_cast<int>(a.type)) +
+                            ", memory_device=" + std::to_string(a.device) + ", " +
+                            cuda_util::device_text(device_, rank_));
     }
   }
 
