@@ -29,7 +29,7 @@
 
 #include "progress/watchdog.h"
 #include "slurmddp/tcp_store.h"
-#include "slurmddp/tcp_store_limits.h"
+#include "slurmddp/tcp_store_server.h"
 
 namespace {
 

@@ -28,47 +28,13 @@
 #include <string>
 
 #include "slurmddp/store.h"
-#include "slurmddp/tcp_store_limits.h"  // TcpStoreServerOptions, TcpStoreServerStats
+#include "slurmddp/tcp_store_server.h"  // TcpStoreOptions::server, TcpStore::server()
 #include "slurmddp/timeout.h"
 
 // The installed API is what libslurmddp exports; everything else is hidden.
 #pragma GCC visibility push(default)
 
 namespace slurmddp {
-
-// A store server running its event loop (epoll, one thread) in the background.
-// Thread-safe: port() and stats() may be called from any thread.
-class TcpStoreServer {
- public:
-  // Binds, listens and starts the loop. Throws Error naming host:port when it
-  // cannot bind or listen.
-  static std::unique_ptr<TcpStoreServer> start(const TcpStoreServerOptions& options);
-  // Stops the loop and closes every connection: clients blocked in get/wait
-  // get PeerError.
-  ~TcpStoreServer();
-  TcpStoreServer(const TcpStoreServer&) = delete;
-  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
-
-  // The port it listens on (the kernel's choice when options.port was 0).
-  uint16_t port() const;
-  // Its counters (TcpStoreServerStats, in tcp_store_limits.h).
-  TcpStoreServerStats stats() const;
-
-  // Blocks until no authenticated client is connected (connections still in
-  // the handshake do not count) or `timeout` passes; returns whether it got
-  // there. The server keeps serving meanwhile.
-  bool drain(Millis timeout);
-  // The same, but also gives up once no request has arrived for `quiet`: the
-  // clients still connected are then idle, or stopped (a SIGSTOPped process
-  // keeps its connection and asks nothing), and waiting longer only delays
-  // the host's exit (Note [Lingering host]).
-  bool drain(Millis timeout, Millis quiet);
-
- private:
-  struct __attribute__((visibility("hidden"))) Impl;  // internal: not exported
-  explicit TcpStoreServer(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
-};
 
 struct TcpStoreOptions {
   // The server's host name or address (MASTER_ADDR).
@@ -91,7 +57,7 @@ struct TcpStoreOptions {
   // of them has sent a request for linger_quiet (Note [Lingering host]).
   Millis linger{5000};
   Millis linger_quiet{500};
-  // Limits of the hosted server (tcp_store_limits.h); its port and token come
+  // Limits of the hosted server (tcp_store_server.h); its port and token come
   // from the fields above.
   TcpStoreServerOptions server;
 };

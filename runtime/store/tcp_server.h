@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "slurmddp/tcp_store.h"
-#include "slurmddp/tcp_store_limits.h"
+#include "slurmddp/tcp_store_server.h"
 #include "store/auth.h"
 #include "store/kv_table.h"
 #include "store/refusal.h"

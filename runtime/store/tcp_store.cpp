@@ -2,7 +2,7 @@
 // starts and hosts (TcpStoreOptions::is_server).
 #include "slurmddp/tcp_store.h"
 
-#include "slurmddp/tcp_store_limits.h"
+#include "slurmddp/tcp_store_server.h"
 #include "store/tcp_client.h"
 
 namespace slurmddp {

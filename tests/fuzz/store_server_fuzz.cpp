@@ -33,7 +33,7 @@
 #include "fuzz_util.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
-#include "slurmddp/tcp_store_limits.h"
+#include "slurmddp/tcp_store_server.h"
 #include "store/auth.h"
 #include "store/socket.h"
 #include "store/wire.h"

@@ -24,7 +24,7 @@
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 #include "slurmddp/tcp_store.h"
-#include "slurmddp/tcp_store_limits.h"
+#include "slurmddp/tcp_store_server.h"
 
 namespace {
 

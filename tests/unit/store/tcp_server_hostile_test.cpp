@@ -9,7 +9,7 @@
 #include "raw_client.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store.h"
-#include "slurmddp/tcp_store_limits.h"
+#include "slurmddp/tcp_store_server.h"
 
 namespace slurmddp {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "raw_client.h"
 #include "slurmddp/error.h"
-#include "slurmddp/tcp_store_limits.h"
+#include "slurmddp/tcp_store_server.h"
 
 namespace slurmddp {
 namespace {

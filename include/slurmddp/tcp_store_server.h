@@ -1,12 +1,14 @@
-// The TCP store server's options, with the bounds that keep hostile or broken
-// clients from exhausting it, and its counters. Everyday use needs only
-// tcp_store.h (which includes this for TcpStoreOptions::server, whose defaults
-// suit any job); this is for tuning a server's limits and for monitoring one
-// through TcpStoreServer::stats().
+// The TCP store's server: where it listens, the bounds that keep hostile or
+// broken clients from exhausting it, its counters, and the server itself.
+// Everyday use needs only tcp_store.h (one rank hosts the server through
+// TcpStoreOptions::is_server, with defaults that suit any job); this is for
+// tuning a server's limits, monitoring one through stats(), or running one
+// apart from any client.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "slurmddp/store.h"
@@ -62,6 +64,40 @@ struct TcpStoreServerStats {
   uint64_t refused_handshake_timeout = 0;  // no complete handshake in time
   uint64_t refused_stalled = 0;            // a partial frame held open past stall_timeout
   uint64_t refused_over_capacity = 0;      // evicted by max_unauthenticated, or no fds left
+};
+
+// A store server running its event loop (epoll, one thread) in the background.
+// Thread-safe: port() and stats() may be called from any thread.
+class TcpStoreServer {
+ public:
+  // Binds, listens and starts the loop. Throws Error naming host:port when it
+  // cannot bind or listen.
+  static std::unique_ptr<TcpStoreServer> start(const TcpStoreServerOptions& options);
+  // Stops the loop and closes every connection: clients blocked in get/wait
+  // get PeerError.
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  // The port it listens on (the kernel's choice when options.port was 0).
+  uint16_t port() const;
+  // Its counters (TcpStoreServerStats above).
+  TcpStoreServerStats stats() const;
+
+  // Blocks until no authenticated client is connected (connections still in
+  // the handshake do not count) or `timeout` passes; returns whether it got
+  // there. The server keeps serving meanwhile.
+  bool drain(Millis timeout);
+  // The same, but also gives up once no request has arrived for `quiet`: the
+  // clients still connected are then idle, or stopped (a SIGSTOPped process
+  // keeps its connection and asks nothing), and waiting longer only delays
+  // the host's exit (Note [Lingering host]).
+  bool drain(Millis timeout, Millis quiet);
+
+ private:
+  struct __attribute__((visibility("hidden"))) Impl;  // internal: not exported
+  explicit TcpStoreServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace slurmddp
