@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "slurmddp/communicator.h"
@@ -48,8 +49,9 @@
 namespace slurmddp {
 
 struct GlooOptions {
-  int rank = -1;
-  int size = 0;
+  // Required: this process's rank in [0, size) and the number of ranks.
+  std::optional<int> rank;
+  std::optional<int> size;
   // Rendezvous: every rank of the group must use the same store and prefix.
   std::shared_ptr<Store> store;
   // Keys live under "<prefix>/..."; use one prefix per communicator created on

@@ -95,8 +95,9 @@ inline constexpr size_t kNcclUniqueIdBytes = 128;
 using NcclUniqueId = std::array<uint8_t, kNcclUniqueIdBytes>;
 
 struct NcclOptions {
-  int rank = -1;
-  int size = 0;
+  // Required: this process's rank in [0, size) and the number of ranks.
+  std::optional<int> rank;
+  std::optional<int> size;
   // CUDA device ordinal within CUDA_VISIBLE_DEVICES; unset: from the
   // environment (see above).
   std::optional<int> device;

@@ -1,6 +1,7 @@
 #include "slurmddp/communicator.h"
 
 #include "common/dtype.h"
+#include "common/quote.h"
 #include "slurmddp_config.h"
 
 #if !SLURMDDP_HAVE_GLOO
@@ -55,7 +56,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options)
   throw Error(
       "gloo: failed to create a communicator: slurm-ddp was built without Gloo "
       "(libgloo-dev); rank=" +
-      std::to_string(options.rank));
+      common::optional_text(options.rank));
 }
 #endif
 

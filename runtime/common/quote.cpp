@@ -26,4 +26,8 @@ std::string quote(std::string_view value) {
   return out;
 }
 
+std::string optional_text(const std::optional<int>& value) {
+  return value ? std::to_string(*value) : std::string("unset");
+}
+
 }  // namespace slurmddp::common

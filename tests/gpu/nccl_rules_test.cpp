@@ -115,6 +115,14 @@ TEST(FinalizeLimit, IsTheShortLimitBoundedByTheOperationTimeout) {
 // Checked before any CUDA call, so on every machine.
 TEST(MakeNcclCommunicator, RejectsBadOptionsFirst) {
   NcclOptions o;
+  o.size = 2;
+  try {
+    make_nccl_communicator(o);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("NcclOptions::rank and NcclOptions::size are required; "
+                                    "rank=unset, size=2"));
+  }
   o.rank = 2;
   o.size = 2;
   try {

@@ -31,6 +31,7 @@
 #include "comm/host/reduce.h"
 #include "comm/over_membership.h"
 #include "common/log.h"
+#include "common/quote.h"
 #include "membership/membership.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
@@ -49,19 +50,26 @@ Bytes text_bytes(const std::string& s) {
 
 GlooCommunicator::GlooCommunicator(const GlooOptions& o,
                                    std::shared_ptr<membership::Membership> group)
-    : rank_(o.rank),
-      size_(o.size),
+    : rank_(o.rank.value_or(-1)),
+      size_(o.size.value_or(0)),
       timeout_(o.timeout),
       grace_(membership::diagnosis_grace(o.timeout)),
       prefix_(o.prefix),
       small_max_(o.small_max_bytes),
       flat_mesh_max_(o.flat_mesh_max),
       store_(o.store) {
-  const std::string keys = "rank=" + std::to_string(o.rank) + ", size=" + std::to_string(o.size);
-  if (o.size < 1) {
+  const std::string keys =
+      "rank=" + common::optional_text(o.rank) + ", size=" + common::optional_text(o.size);
+  if (!o.rank || !o.size) {
+    throw InvalidArgument(
+        "gloo: failed to create a communicator: GlooOptions::rank and GlooOptions::size are "
+        "required; " +
+        keys);
+  }
+  if (size_ < 1) {
     throw InvalidArgument("gloo: failed to create a communicator: size must be >= 1; " + keys);
   }
-  if (o.rank < 0 || o.rank >= o.size) {
+  if (rank_ < 0 || rank_ >= size_) {
     throw InvalidArgument("gloo: failed to create a communicator: rank must be in [0, size); " +
                           keys);
   }

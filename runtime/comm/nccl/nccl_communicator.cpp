@@ -16,6 +16,7 @@
 #include "comm/over_membership.h"
 #include "common/cuda_device_guard.h"
 #include "common/log.h"
+#include "common/quote.h"
 #include "membership/notes.h"
 #include "slurmddp/error.h"
 
@@ -57,12 +58,12 @@ milliseconds bounded(milliseconds timeout) {
 NcclCommunicatorImpl::NcclCommunicatorImpl(const NcclOptions& options, int device,
                                            const std::string& device_source,
                                            std::shared_ptr<membership::Membership> group)
-    : rank_(options.rank),
-      size_(options.size),
+    : rank_(options.rank.value_or(-1)),
+      size_(options.size.value_or(0)),
       device_(device),
       timeout_(bounded(options.timeout)),
       finalize_timeout_(finalize_limit(timeout_, options.finalize_timeout)),
-      where_(where_text(options.rank, options.size, device)),
+      where_(where_text(rank_, size_, device)),
       state_(std::make_shared<NcclState>(where_, device)),
       order_after_compute_(options.order_after_compute_stream),
       compute_stream_(options.compute_stream) {
@@ -314,11 +315,18 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclOptions& opti
 std::unique_ptr<NcclCommunicator> comm::make_nccl_communicator(
     const NcclOptions& options, std::shared_ptr<membership::Membership> group) {
   using comm::where_text;
-  const std::string where = where_text(options.rank, options.size, -1);
-  if (options.size <= 0 || options.rank < 0 || options.rank >= options.size) {
+  const std::string where = where_text(options.rank.value_or(-1), options.size.value_or(0), -1);
+  if (!options.rank || !options.size) {
+    throw InvalidArgument(
+        "nccl: failed to create a communicator: NcclOptions::rank and NcclOptions::size are "
+        "required; rank=" +
+        common::optional_text(options.rank) + ", size=" + common::optional_text(options.size) +
+        "; " + where);
+  }
+  if (*options.size <= 0 || *options.rank < 0 || *options.rank >= *options.size) {
     throw InvalidArgument("nccl: failed to create a communicator: rank " +
-                          std::to_string(options.rank) + " is not in [0, size) for size " +
-                          std::to_string(options.size) + "; " + where);
+                          std::to_string(*options.rank) + " is not in [0, size) for size " +
+                          std::to_string(*options.size) + "; " + where);
   }
   if (options.timeout.count() <= 0) {
     throw InvalidArgument(
@@ -326,7 +334,7 @@ std::unique_ptr<NcclCommunicator> comm::make_nccl_communicator(
         "timeout_ms=" +
         std::to_string(options.timeout.count()) + ", " + where);
   }
-  if (options.size > 1 && !options.store) {
+  if (*options.size > 1 && !options.store) {
     throw InvalidArgument(
         "nccl: failed to create a communicator: NcclOptions needs a store to "
         "share NCCL's unique id; " +

@@ -17,8 +17,8 @@ membership::JoinOptions join_options(const NcclOptions& o, int device, const std
   membership::JoinOptions j;
   j.store = o.store;
   j.prefix = o.prefix;
-  j.rank = o.rank;
-  j.size = o.size;
+  j.rank = o.rank.value_or(-1);
+  j.size = o.size.value_or(0);
   j.deadline = deadline;
   j.head = "nccl: failed to join the communicator: ";
   j.where = where;
@@ -93,7 +93,8 @@ NcclUniqueId NcclIdExchange::exchange(const std::function<NcclUniqueId()>& creat
       throw InvalidArgument(
           "nccl: failed to join the communicator: the world size differs "
           "between ranks; size=" +
-          std::to_string(options_.size) + " (rank " + std::to_string(options_.rank) +
+          std::to_string(options_.size.value_or(0)) + " (rank " +
+          std::to_string(options_.rank.value_or(-1)) +
           "), size=" + std::to_string(root_record.size) + " (rank 0); " + where_);
     }
   }

@@ -1,5 +1,6 @@
 // make_nccl_communicator in a build without NCCL: says so.
 #include "comm/over_membership.h"
+#include "common/quote.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"
 
@@ -15,7 +16,7 @@ std::unique_ptr<NcclCommunicator> comm::make_nccl_communicator(
       "nccl: failed to create a communicator: slurm-ddp was built without NCCL "
       "(configure with -Dcuda=enabled -Dnccl=enabled where CUDA and NCCL are "
       "installed); rank=" +
-      std::to_string(options.rank));
+      common::optional_text(options.rank));
 }
 
 NcclCommunicator* as_nccl_communicator(Communicator* /*communicator*/) {

@@ -2,6 +2,7 @@
 // own Gloo device and connections on loopback) and the in-process store.
 #include "slurmddp/gloo_communicator.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -21,6 +22,7 @@ using testing::all_ops;
 using testing::all_types;
 using testing::expected_reduction;
 using testing::fill;
+using ::testing::HasSubstr;
 using testing::input_value;
 using testing::make_buffer;
 using testing::mismatches;
@@ -251,6 +253,15 @@ TEST(GlooCommunicator, RejectsBadArguments) {
   EXPECT_THROW(make_gloo_communicator(o), InvalidArgument);  // ifname and hostname both set
   o = options_for(0, 1, store, "bad", 0ms);
   EXPECT_THROW(make_gloo_communicator(o), InvalidArgument);
+  o = options_for(0, 1, store, "bad", 5s);
+  o.rank.reset();  // required, and unset is not rank 0
+  try {
+    make_gloo_communicator(o);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("GlooOptions::rank and GlooOptions::size are required; "
+                                    "rank=unset, size=1"));
+  }
 
   auto c = make_gloo_communicator(options_for(0, 1, store, "ok", 5s));
   EXPECT_THROW(c->allreduce(nullptr, 4, DataType::kFloat32, ReduceOp::kSum), InvalidArgument);

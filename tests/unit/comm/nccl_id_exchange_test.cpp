@@ -94,7 +94,7 @@ class ReadSignallingStore : public Store {
 // One rank's whole rendezvous (announce, exchange); rank 0 publishes `root_id`.
 NcclUniqueId join(const NcclOptions& o, NcclUniqueId root_id,
                   std::chrono::milliseconds budget = 10s) {
-  NcclIdExchange x(o, 0, where(o.rank), Clock::now() + budget);
+  NcclIdExchange x(o, 0, where(*o.rank), Clock::now() + budget);
   x.announce();
   return x.exchange([&] { return root_id; });
 }
