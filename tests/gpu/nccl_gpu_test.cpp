@@ -196,10 +196,10 @@ struct WorkerArgs {
     }                                                                     \
   } while (0)
 
-// The device SLURMDDP_TEST_DEVICE names (set by rank_env), or -1.
-int worker_device() {
+// The device SLURMDDP_TEST_DEVICE names (set by rank_env), if any.
+std::optional<int> worker_device() {
   const char* dev = std::getenv("SLURMDDP_TEST_DEVICE");
-  return dev != nullptr ? std::atoi(dev) : -1;
+  return dev != nullptr ? std::optional<int>(std::atoi(dev)) : std::nullopt;
 }
 
 std::unique_ptr<Communicator> worker_comm(const WorkerArgs& a, const std::shared_ptr<Store>& store,
@@ -229,10 +229,11 @@ int run_worker(const WorkerArgs& a) {
   // The rank's own GPU first, before any other CUDA call: its buffers must
   // live there, and no context may appear on a GPU this rank does not use
   // (cudaSetDevice creates one since CUDA 12).
-  if (const int device = worker_device(); device >= 0) {
-    const cudaError_t e = cudaSetDevice(device);
+  if (const std::optional<int> device = worker_device()) {
+    const cudaError_t e = cudaSetDevice(*device);
     if (e != cudaSuccess) {
-      std::fprintf(stderr, "rank %d: cudaSetDevice(%d): %s\n", a.rank, device, cudaGetErrorName(e));
+      std::fprintf(stderr, "rank %d: cudaSetDevice(%d): %s\n", a.rank, *device,
+                   cudaGetErrorName(e));
       return 1;
     }
   }
@@ -716,7 +717,7 @@ TEST(Errors, InvalidDeviceOrdinalNamesTheVariables) {
   }
   // The same ordinal from the plugin's variable.
   setenv("SLURMDDP_LOCAL_DEVICE", std::to_string(bad).c_str(), 1);
-  o.device = -1;
+  o.device.reset();
   try {
     make_nccl_communicator(o);
     ADD_FAILURE() << "no error for SLURMDDP_LOCAL_DEVICE=" << bad;
