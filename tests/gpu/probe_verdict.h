@@ -1,5 +1,5 @@
 // How the gpu suite reads its two-rank probe (Note [Sharing one GPU] in
-// nccl_ranks.h). Pure logic: the unit suite checks it on any machine.
+// nccl_ranks.cpp). Pure logic: the unit suite checks it on any machine.
 //
 // Only NCCL's documented refusal of two ranks on one device may turn the
 // multi-rank tests into skips: ncclInvalidUsage with "Duplicate GPU detected",
