@@ -36,10 +36,10 @@
 #include <string>
 #include <vector>
 
-#include "../common/rank_launcher.h"
 #include "../common/stats.h"
 #include "gpu_kernels.h"
 #include "models.h"
+#include "rank_launcher.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "collective_checks.h"
+#include "host_collective_checks.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/mpi_communicator.h"

@@ -5,8 +5,8 @@
 #include <gloo/common/error.h>
 #include <gtest/gtest.h>
 
-#include "../membership/note_helpers.h"
 #include "comm/host/shm_node.h"
+#include "note_helpers.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 

@@ -10,7 +10,7 @@
 #include <functional>
 #include <thread>
 
-#include "../grad_sync/fake_group.h"
+#include "fake_group.h"
 #include "resume/checkpoint_file.h"
 #include "slurmddp/error.h"
 

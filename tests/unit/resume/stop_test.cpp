@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include "../grad_sync/fake_group.h"
+#include "fake_group.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {

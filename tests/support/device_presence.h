@@ -89,7 +89,7 @@ inline int gpu_gate(const char* program, int* count) {
   }
   std::fprintf(stderr,
                "%s: failed to initialize CUDA: %s; not a missing device, so this fails instead "
-               "of skipping (Note [No device vs broken CUDA] in tests/gpu/device_presence.h)\n",
+               "of skipping (Note [No device vs broken CUDA] in tests/support/device_presence.h)\n",
                program, c.detail.c_str());
   return 1;
 }

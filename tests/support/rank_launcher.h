@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "device_presence.h"  // tests/gpu: the gpu suite's rule for skipping
+#include "device_presence.h"  // the gpu suite's rule for skipping
 #include "slurmddp/tcp_store.h"
 #include "subprocess.h"  // tests/support
 
