@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "forwarding_store.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 
@@ -46,9 +47,9 @@ std::string where(int rank) {
 
 // A store that tells the test when someone starts reading a key: the read of
 // a key nobody has written blocks, so "rank 1 waits" is an event, not a sleep.
-class ReadSignallingStore : public Store {
+class ReadSignallingStore : public slurmddp::testing::ForwardingStore {
  public:
-  explicit ReadSignallingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  using ForwardingStore::ForwardingStore;
 
   // Blocks until some thread has called get(key); false after `limit`.
   bool await_read_of(const std::string& key, Millis limit) {
@@ -65,27 +66,16 @@ class ReadSignallingStore : public Store {
     return reads_;
   }
 
-  void set(const std::string& key, const Bytes& value) override { inner_->set(key, value); }
-  Bytes get(const std::string& key, Millis timeout) override {
+ private:
+  void before(const char* op, const std::vector<std::string>& keys) override {
+    if (std::string(op) != "get") return;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      reads_.push_back(key);
+      reads_.push_back(keys.front());
     }
     cv_.notify_all();
-    return inner_->get(key, timeout);
   }
-  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
-  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
-    return inner_->compare_set(key, expected, desired);
-  }
-  void wait(const std::vector<std::string>& keys, Millis timeout) override {
-    inner_->wait(keys, timeout);
-  }
-  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
-  bool erase(const std::string& key) override { return inner_->erase(key); }
 
- private:
-  std::shared_ptr<Store> inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> reads_;

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "forwarding_store.h"
+
 namespace slurmddp::membership {
 namespace {
 
@@ -99,22 +101,13 @@ TEST(Membership, OnATimeoutRankZeroTellsTheOthersWhoIsMissing) {
 }
 
 // Every request made through it, counted (thread-safe).
-class CountingStore : public Store {
+class CountingStore : public slurmddp::testing::ForwardingStore {
  public:
-  explicit CountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  using ForwardingStore::ForwardingStore;
   int requests() const { return count_; }
-  void set(const std::string& k, const Bytes& v) override { ++count_, inner_->set(k, v); }
-  Bytes get(const std::string& k, Millis t) override { return ++count_, inner_->get(k, t); }
-  int64_t add(const std::string& k, int64_t d) override { return ++count_, inner_->add(k, d); }
-  Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override {
-    return ++count_, inner_->compare_set(k, e, d);
-  }
-  void wait(const std::vector<std::string>& k, Millis t) override { ++count_, inner_->wait(k, t); }
-  bool check(const std::vector<std::string>& k) override { return ++count_, inner_->check(k); }
-  bool erase(const std::string& k) override { return ++count_, inner_->erase(k); }
 
  private:
-  std::shared_ptr<Store> inner_;
+  void before(const char*, const std::vector<std::string>&) override { ++count_; }
   std::atomic<int> count_{0};
 };
 
