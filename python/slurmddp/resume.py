@@ -25,6 +25,7 @@ is Gloo, else one made for this at the first use).
 from __future__ import annotations
 
 import atexit
+import collections
 import functools
 import io
 import os
@@ -140,6 +141,57 @@ def _cpu_group(group: Optional[Any]) -> Optional[Any]:
     if _gloo_group is None:
         _gloo_group = dist.new_group(backend="gloo")
     return _gloo_group
+
+
+# Note [Tensors outlive torch's Gloo thread]
+#   A torch Gloo collective hands its tensors to a worker thread, which drops
+#   its reference a moment after wait() returns. If the caller's Python tensor
+#   is gone by then, that drop frees the tensor's Python object and needs the
+#   GIL; during interpreter teardown (a rank leaving on an error right after
+#   load_latest(), without destroy_process_group) Python 3.13 ends such a
+#   thread with pthread_exit, which unwinds through torch's noexcept worker
+#   loop: std::terminate, the rank killed by SIGABRT instead of exiting with
+#   its status (torch 2.6: 12 in 140 such exits, measured). So every tensor this
+#   module gives a collective is kept here until the next few collectives have
+#   run, and the module's collectives use tensors it made itself (not
+#   broadcast_object_list / all_gather_object, whose tensors are torch's).
+_recent: "collections.deque[Any]" = collections.deque(maxlen=8)
+
+
+def _keep(*tensors: Any) -> None:
+    _recent.append(tensors)
+
+
+def _broadcast_steps(steps: List[int], src_rank: int, group: Optional[Any]) -> List[int]:
+    """Rank 0's list of step numbers on every rank (collective)."""
+    count = torch.tensor([len(steps)], dtype=torch.int64)
+    dist.broadcast(count, src=src_rank, group=group)
+    _keep(count)
+    n = int(count.item())
+    if n == 0:
+        return []
+    values = torch.tensor(steps if len(steps) == n else [0] * n, dtype=torch.int64)
+    dist.broadcast(values, src=src_rank, group=group)
+    _keep(values)
+    return [int(v) for v in values.tolist()]
+
+
+def _gather_texts(text: str, world: int, group: Optional[Any]) -> List[str]:
+    """Every rank's `text`, in rank order (collective)."""
+    data = text.encode("utf-8")
+    size = torch.tensor([len(data)], dtype=torch.int64)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(sizes, size, group=group)
+    lengths = [int(s.item()) for s in sizes]
+    width = max(1, max(lengths))
+    mine = torch.zeros(width, dtype=torch.uint8)
+    if data:
+        mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    gathered = [torch.empty(width, dtype=torch.uint8) for _ in range(world)]
+    dist.all_gather(gathered, mine, group=group)
+    _keep(size, sizes, mine, gathered)
+    return [bytes(t[:n].tolist()).decode("utf-8", errors="replace")
+            for t, n in zip(gathered, lengths)]
 
 
 _live_stops: "weakref.WeakSet[StopSignal]" = weakref.WeakSet()
@@ -281,6 +333,7 @@ class StopSignal:
         if pending is not None:
             work, flag = pending
             work.wait()
+            _keep(flag)  # Note [Tensors outlive torch's Gloo thread]
             self._answer = int(flag.item())
 
     def close(self) -> None:
@@ -493,10 +546,10 @@ class Checkpointer:
         """The newest usable checkpoint on every rank, or None (collective; see
         the class). ``map_location`` and other keywords go to ``torch.load``."""
         rank, world, group = self._world()
-        steps: List[Any] = [self.complete_steps() if rank == 0 else None]
-        dist.broadcast_object_list(steps, src=0, group=group)  # the group spans every rank
+        # the group spans every rank, so its rank 0 is the global one
+        steps = _broadcast_steps(self.complete_steps() if rank == 0 else [], 0, group)
         refused: List[str] = []
-        for step in steps[0]:
+        for step in steps:
             reason = ""
             try:
                 sampler, payload = self._read(step, rank, world)
@@ -506,6 +559,7 @@ class Checkpointer:
                 reason = str(e)
             first = torch.tensor([rank if reason else world], dtype=torch.int64)
             dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
+            _keep(first)
             if int(first.item()) == world:
                 state = torch.load(io.BytesIO(payload), map_location=map_location,
                                    **torch_load_args)
@@ -514,8 +568,7 @@ class Checkpointer:
                           f"checkpoint", file=sys.stderr, flush=True)
                 return Resumed(step, state, _sampler_state(sampler),
                                os.path.join(self.dir, f"step-{step}"))
-            reasons: List[Any] = [None] * world
-            dist.all_gather_object(reasons, reason, group=group)
+            reasons = _gather_texts(reason, world, group)
             failed = [(r, text) for r, text in enumerate(reasons) if text]
             why = "; ".join(f"rank {r}: {text}" for r, text in failed[:3])
             if len(failed) > 3:
