@@ -117,7 +117,6 @@ void run_case(Rank& me, const std::shared_ptr<Communicator>& comm, const Case& c
     const size_t count = kCounts[i % kCounts.size()];
     data.push_back(std::make_unique<DeviceBuffer>(count * element_size(t)));
     grads.push_back(std::make_unique<DeviceBuffer>(c.views ? 0 : count * element_size(t)));
-    if (!data.back()->ok() || !grads.back()->ok()) throw CudaError("cudaMalloc failed");
     upload(stream, data.back()->get(),
            encode(t, count, [&](size_t k) { return param_value(me.rank, i, k); }));
     GradParameter p;

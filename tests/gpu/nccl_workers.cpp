@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "collective_checks.h"
 #include "gpu_values.h"
 #include "nccl_ranks.h"
 #include "slurmddp/error.h"
@@ -98,7 +97,7 @@ int scenario_collectives(const WorkerArgs& a, const std::shared_ptr<Store>& stor
   std::vector<std::string> failures;
   {
     auto comm = worker_comm(a, store, "collectives");
-    failures = check_collectives(*comm, CheckOptions{});
+    failures = check_collectives(*comm, device_memory, ConformanceOptions::nccl());
   }  // destroyed normally: finalize + destroy
   // Note [Average] in nccl_communicator.cpp: the sum-divide path, on a
   // second communicator made on the same store and prefix (Note [Rendezvous
@@ -106,9 +105,11 @@ int scenario_collectives(const WorkerArgs& a, const std::shared_ptr<Store>& stor
   setenv("SLURMDDP_NCCL_AVG", "sum-divide", 1);
   {
     auto comm = worker_comm(a, store, "collectives");
-    CheckOptions o;
+    auto o = ConformanceOptions::nccl();
     o.only_average = true;
-    for (auto& f : check_collectives(*comm, o)) failures.push_back("sum-divide: " + f);
+    for (auto& f : check_collectives(*comm, device_memory, o)) {
+      failures.push_back("sum-divide: " + f);
+    }
   }
   report(a, failures);
   return failures.empty() ? 0 : 1;

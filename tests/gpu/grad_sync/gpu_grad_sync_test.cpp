@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "device_buffer.h"
 #include "fake_group.h"
 #include "gpu_test_main.h"
 #include "grad_sync/bucket_plan.h"
@@ -41,51 +42,11 @@ void cuda_or_throw(cudaError_t status, const char* what) {
   }
 }
 
-// Note [Uploads that have landed]
-// cudaMemcpy from pageable host memory to the device may return once the data
-// is staged, before the DMA reached device memory (transfers up to 64 KiB),
-// and its ordering on the legacy default stream does not reach non-blocking
-// streams such as the engine's communication stream. A buffer handed to the
-// engine right after such a copy (parameters before construction, a
-// collective's result before the engine's copy-out kernel) could be read
-// before the data arrived. Every host-to-device copy of this test therefore
-// goes through upload_landed(): an asynchronous copy on this thread's stream
-// and a synchronization of that stream, after which the data is in device
-// memory for every stream.
-void upload_landed(void* dst, const void* host, size_t bytes) {
-  if (bytes == 0) return;
-  cuda_or_throw(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread),
-                "copy to the device");
-  cuda_or_throw(cudaStreamSynchronize(cudaStreamPerThread), "wait for a copy to the device");
-}
-
-// Device memory owned by the test.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) cuda_or_throw(cudaMalloc(&p_, bytes), "cudaMalloc");
-  }
-  ~DeviceBuffer() {
-    if (p_ != nullptr) cudaFree(p_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return p_; }
-  void upload(const void* host) { upload_landed(p_, host, bytes_); }
-  void download(void* host) const {
-    cuda_or_throw(cudaMemcpy(host, p_, bytes_, cudaMemcpyDeviceToHost), "download");
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_;
-};
-
 // A Communicator on CUDA buffers over the host FakeGroup: device data is
 // copied to host memory when the collective is issued (the engine guarantees
 // it is ready then) and back when the Work is waited for, landed before wait()
-// returns (Note [Uploads that have landed]): the engine's copy-out kernel runs
-// on its own non-blocking stream right after.
+// returns (Note [Uploads that have landed], device_buffer.h): the engine's
+// copy-out kernel runs on its own non-blocking stream right after.
 class CudaFacade final : public Communicator {
  public:
   explicit CudaFacade(std::shared_ptr<Communicator> host) : host_(std::move(host)) {}

@@ -21,8 +21,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "expected_values.h"
-#include "host_collective_checks.h"
+#include "collective_values.h"
+#include "rank_results.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/tcp_store.h"

@@ -3,8 +3,8 @@
 //
 // Usage: mpi_rank <scenario>
 //   collectives  init_from_mpi(MPI_COMM_WORLD); MPI_Allreduce of its own; every
-//                collective through the group's communicator (collective_checks.h);
-//                GradSync averaging a gradient; the sampler sharding by the
+//                collective through the group's communicator (the conformance
+//                suite, conformance.h); GradSync averaging a gradient; the sampler sharding by the
 //                group's identity; prints "RESULT ok" or "RESULT wrong ..."
 //   timeout      rank 1 never joins the allreduce: the others print
 //                "RESULT <error type> <message>" after the 2 s timeout, then
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "host_collective_checks.h"
+#include "rank_results.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/mpi_communicator.h"

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "expected_values.h"
+#include "collective_values.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {
