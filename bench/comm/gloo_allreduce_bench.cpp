@@ -32,11 +32,11 @@
 #include <vector>
 
 #include "../common/stats.h"
+#include "rank_launcher.h"  // tests/support
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/process_group.h"
 #include "slurmddp/tcp_store.h"
-#include "subprocess.h"  // tests/support
 
 namespace {
 
@@ -54,9 +54,8 @@ struct Config {
   long timeout_ms = 300000;
   long long small_max = -1;  // -1: GlooOptions default
   bool from_environment = false;
-  // worker only
-  int rank = -1;
-  int port = 0;
+  // a worker: --rank R --world N --store-port P (rank_args.h)
+  slurmddp::support::RankArgs self;
 };
 
 [[noreturn]] void usage(const char* argv0) {
@@ -101,10 +100,8 @@ Config parse(int argc, char** argv) {
       c.small_max = std::stoll(next());
     } else if (a == "--from-environment") {
       c.from_environment = true;
-    } else if (a == "--worker-rank") {
-      c.rank = std::stoi(next());
-    } else if (a == "--worker-port") {
-      c.port = std::stoi(next());
+    } else if (c.self.take(a, i + 1 < argc ? argv[i + 1] : "")) {
+      ++i;
     } else {
       usage(argv[0]);
     }
@@ -233,15 +230,11 @@ std::string algorithms_line(size_t small_max_bytes) {
 }
 
 int worker(const Config& c) {
-  TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = static_cast<uint16_t>(c.port);
-  so.timeout = std::chrono::milliseconds(c.timeout_ms);
-  auto store = make_tcp_store(so);
+  auto store = slurmddp::support::connect_store(c.self, std::chrono::milliseconds(c.timeout_ms));
 
   GlooOptions o;
-  o.rank = c.rank;
-  o.size = c.ranks;
+  o.rank = c.self.rank;
+  o.size = c.self.world;
   o.store = store;
   o.prefix = "bench/gloo";
   o.ifname = c.ifname;
@@ -284,53 +277,23 @@ int environment_worker(const Config& c) {
   return rc;
 }
 
-int launcher(const Config& c, char** argv) {
-  TcpStoreOptions so;
-  so.is_server = true;
-  so.port = 0;
-  so.host = "127.0.0.1";
-  so.server.bind_host = "127.0.0.1";
-  so.timeout = std::chrono::milliseconds(c.timeout_ms);
-  auto store = make_tcp_store(so);
-
-  std::vector<pid_t> pids;
-  for (int r = 0; r < c.ranks; ++r) {
-    std::vector<std::string> args = {"/proc/self/exe",
-                                     "--ranks",
-                                     std::to_string(c.ranks),
-                                     "--min-bytes",
-                                     std::to_string(c.min_bytes),
-                                     "--max-bytes",
-                                     std::to_string(c.max_bytes),
-                                     "--factor",
-                                     std::to_string(c.factor),
-                                     "--iters",
-                                     std::to_string(c.iters),
-                                     "--warmup",
-                                     std::to_string(c.warmup),
-                                     "--timeout-ms",
-                                     std::to_string(c.timeout_ms),
-                                     "--small-max-bytes",
-                                     std::to_string(c.small_max),
-                                     "--worker-rank",
-                                     std::to_string(r),
-                                     "--worker-port",
-                                     std::to_string(store->port())};
-    if (!c.ifname.empty()) {
-      args.insert(args.end(), {"--ifname", c.ifname});
-    } else {
-      args.insert(args.end(), {"--hostname", c.hostname});
-    }
-    const pid_t pid = slurmddp::support::spawn(args);
-    if (pid < 0) {
-      std::fprintf(stderr, "%s: failed to start worker %d\n", argv[0], r);
-      slurmddp::support::kill_all(pids);
-      return 1;
-    }
-    pids.push_back(pid);
+int launcher(const Config& c) {
+  std::vector<std::string> args = {"--ranks",           std::to_string(c.ranks),
+                                   "--min-bytes",       std::to_string(c.min_bytes),
+                                   "--max-bytes",       std::to_string(c.max_bytes),
+                                   "--factor",          std::to_string(c.factor),
+                                   "--iters",           std::to_string(c.iters),
+                                   "--warmup",          std::to_string(c.warmup),
+                                   "--timeout-ms",      std::to_string(c.timeout_ms),
+                                   "--small-max-bytes", std::to_string(c.small_max)};
+  if (!c.ifname.empty()) {
+    args.insert(args.end(), {"--ifname", c.ifname});
+  } else {
+    args.insert(args.end(), {"--hostname", c.hostname});
   }
-  // A worker that fails leaves the others blocked until their timeout: end them.
-  return slurmddp::support::wait_all(pids) == 0 ? 0 : 1;
+  // A worker that fails leaves the others blocked until their timeout:
+  // launch_ranks ends them.
+  return slurmddp::support::launch_ranks("gloo_allreduce_bench", c.ranks, args) == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -339,7 +302,7 @@ int main(int argc, char** argv) {
   const Config c = parse(argc, argv);
   try {
     if (c.from_environment) return environment_worker(c);
-    return c.rank >= 0 ? worker(c) : launcher(c, argv);
+    return c.self.started_as_rank() ? worker(c) : launcher(c);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gloo_allreduce_bench: %s\n", e.what());
     return 1;

@@ -37,9 +37,9 @@
 #include <vector>
 
 #include "../common/stats.h"
+#include "gpu_bench_main.h"
 #include "gpu_kernels.h"
 #include "models.h"
-#include "rank_launcher.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"

@@ -58,13 +58,14 @@
 #include "grad_sync_worker.h"
 #include "loopback_port.h"
 #include "models.h"
+#include "rank_launcher.h"  // tests/support
 #include "simulated_backward.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp_config.h"
-#include "subprocess.h"  // tests/support
+#include "subprocess.h"
 
 namespace slurmddp::bench {
 namespace {
@@ -201,17 +202,12 @@ int launch(const Options& o) {
   std::printf("# host cores: %u, load average at start: %s\n", std::thread::hardware_concurrency(),
               load_average().c_str());
 
-  // Our ranks.
+  // Our ranks, around a store hosted here (it outlives them: declared first).
+  const auto store = support::host_store(120s);
   std::vector<std::unique_ptr<Child>> ours;
-  ours.push_back(std::make_unique<Child>(
-      std::vector<std::string>{self, "--worker", "0", std::to_string(o.ranks), "0"}));
-  const auto port_line = ours[0]->read_line(120s);
-  if (!port_line || port_line->rfind("port ", 0) != 0)
-    throw std::runtime_error("bench: rank 0 did not start");
-  const std::string port = port_line->substr(5);
-  for (int r = 1; r < o.ranks; ++r) {
-    ours.push_back(std::make_unique<Child>(std::vector<std::string>{
-        self, "--worker", std::to_string(r), std::to_string(o.ranks), port}));
+  for (int r = 0; r < o.ranks; ++r) {
+    ours.push_back(
+        std::make_unique<Child>(support::with_rank({self, "--worker"}, r, o.ranks, store->port())));
   }
   Group slurm("slurm-ddp", std::move(ours));
 
@@ -400,9 +396,12 @@ int launch(const Options& o) {
 int main(int argc, char** argv) {
   using namespace slurmddp::bench;
   try {
-    if (argc == 5 && std::strcmp(argv[1], "--worker") == 0) {
-      serve_worker(std::atoi(argv[2]), std::atoi(argv[3]),
-                   static_cast<uint16_t>(std::atoi(argv[4])));
+    if (argc > 1 && std::strcmp(argv[1], "--worker") == 0) {
+      const auto self = slurmddp::support::RankArgs::take_from(argc, argv);
+      if (argc != 2 || !self.started_as_rank()) {
+        throw std::invalid_argument("--worker takes --rank R --world N --store-port P only");
+      }
+      serve_worker(self);
       return 0;
     }
     Options o;

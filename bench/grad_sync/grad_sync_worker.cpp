@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "models.h"
+#include "rank_launcher.h"  // tests/support
 #include "simulated_backward.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
@@ -37,18 +38,11 @@ using namespace std::chrono_literals;
 
 class Worker {
  public:
-  Worker(int rank, int size, uint16_t port) : rank_(rank), size_(size) {
-    TcpStoreOptions so;
-    so.host = "127.0.0.1";
-    so.port = port;
-    so.is_server = rank == 0;
-    so.timeout = 120s;
-    so.server.bind_host = "127.0.0.1";
-    store_ = make_tcp_store(so);
-    if (rank == 0) std::cout << "port " << store_->port() << std::endl;
+  explicit Worker(const support::RankArgs& self) : rank_(self.rank), size_(self.world) {
+    store_ = support::connect_store(self, 120s);
     GlooOptions go;
-    go.rank = rank;
-    go.size = size;
+    go.rank = rank_;
+    go.size = size_;
     go.store = store_;
     go.hostname = "127.0.0.1";
     go.timeout = 300s;
@@ -247,8 +241,8 @@ class Worker {
 
 }  // namespace
 
-void serve_worker(int rank, int size, uint16_t port) {
-  Worker w(rank, size, port);
+void serve_worker(const support::RankArgs& self) {
+  Worker w(self);
   w.serve();
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "loopback_port.h"
+#include "plugin_env.h"
 #include "slurmddp/process_group.h"
 #include "slurmddp/stop.h"
 #include "stats.h"
@@ -68,22 +69,11 @@ int main(int argc, char** argv) {
   }
   try {
     if (std::getenv("STOP_BENCH_RANK") != nullptr) return run_rank(steps, reps);
-    std::string port = std::to_string(slurmddp::support::free_loopback_port());
+    const uint16_t port = slurmddp::support::free_loopback_port();
     std::vector<std::unique_ptr<slurmddp::support::Child>> children;
     for (int r = 0; r < ranks; ++r) {
       slurmddp::support::SpawnOptions o;
-      o.env = {{"STOP_BENCH_RANK", "1"},
-               {"RANK", std::to_string(r)},
-               {"WORLD_SIZE", std::to_string(ranks)},
-               {"LOCAL_RANK", std::to_string(r)},
-               {"LOCAL_WORLD_SIZE", std::to_string(ranks)},
-               {"MASTER_ADDR", "127.0.0.1"},
-               {"MASTER_PORT", port},
-               {"SLURMDDP_BACKEND", "gloo"},
-               {"GLOO_SOCKET_IFNAME", "lo"},
-               {"SLURMDDP_STEP", ""},
-               {"SLURM_JOB_ID", ""},
-               {"PMIX_RANK", ""}};
+      o.env = slurmddp::support::plugin_env(r, ranks, port, {{"STOP_BENCH_RANK", "1"}});
       children.push_back(std::make_unique<slurmddp::support::Child>(
           std::vector<std::string>{"/proc/self/exe", "--steps", std::to_string(steps), "--reps",
                                    std::to_string(reps)},

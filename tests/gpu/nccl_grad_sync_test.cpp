@@ -18,11 +18,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "gpu_test_main.h"
 #include "gpu_values.h"
+#include "rank_launcher.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
@@ -194,23 +196,19 @@ void run_case(Rank& me, const std::shared_ptr<Communicator>& comm, const Case& c
   }
 }
 
-int rank_main(int rank, int size, uint16_t port) {
+int rank_main(const support::RankArgs& self) {
   Rank me;
-  me.rank = rank;
-  me.size = size;
+  me.rank = self.rank;
+  me.size = self.world;
   const char* dev = std::getenv("SLURMDDP_TEST_DEVICE");
   me.device = dev != nullptr ? std::atoi(dev) : 0;
   try {
     cuda(cudaSetDevice(me.device), "cudaSetDevice");  // first: no context elsewhere
-    TcpStoreOptions so;
-    so.host = "127.0.0.1";
-    so.port = port;
-    so.timeout = std::chrono::seconds(60);
     NcclOptions o;
-    o.rank = rank;
-    o.size = size;
+    o.rank = me.rank;
+    o.size = me.size;
     o.device = me.device;
-    o.store = make_tcp_store(so);
+    o.store = support::connect_store(self, std::chrono::seconds(60));
     o.prefix = "grad_sync/nccl";
     o.timeout = std::chrono::seconds(60);
     std::shared_ptr<Communicator> comm = make_nccl_communicator(o);
@@ -231,17 +229,11 @@ int rank_main(int rank, int size, uint16_t port) {
 
 TEST(NcclGradSync, EveryRankEndsWithTheExactAverage) {
   const int size = g_device_count >= 2 ? 2 : 1;
-  TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  so.is_server = true;
-  so.timeout = std::chrono::seconds(60);
-  auto store = make_tcp_store(so);
+  auto store = support::host_store(std::chrono::seconds(60));
   std::vector<pid_t> pids;
   for (int r = 0; r < size; ++r) {
-    pids.push_back(spawn_self(
-        {"--rank", std::to_string(r), std::to_string(size), std::to_string(store->port())},
-        {{"SLURMDDP_TEST_DEVICE", std::to_string(r)}}));
+    pids.push_back(spawn_self(support::with_rank({"--worker"}, r, size, store->port()),
+                              {{"SLURMDDP_TEST_DEVICE", std::to_string(r)}}));
     ASSERT_GT(pids.back(), 0);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
@@ -263,9 +255,16 @@ TEST(NcclGradSync, EveryRankEndsWithTheExactAverage) {
 }  // namespace slurmddp::gpu_testing
 
 int main(int argc, char** argv) {
-  if (argc == 5 && std::strcmp(argv[1], "--rank") == 0) {
-    return slurmddp::gpu_testing::rank_main(std::atoi(argv[2]), std::atoi(argv[3]),
-                                            static_cast<uint16_t>(std::atoi(argv[4])));
+  if (argc > 1 && std::strcmp(argv[1], "--worker") == 0) {
+    try {
+      const auto self = slurmddp::support::RankArgs::take_from(argc, argv);
+      if (argc == 2 && self.started_as_rank()) return slurmddp::gpu_testing::rank_main(self);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "gpu_nccl_grad_sync --worker: %s\n", e.what());
+      return 2;
+    }
+    std::fprintf(stderr, "usage: gpu_nccl_grad_sync --worker --rank R --world N --store-port P\n");
+    return 2;
   }
   return slurmddp::gpu_testing::run_gpu_tests("gpu_nccl_grad_sync", argc, argv,
                                               &slurmddp::gpu_testing::g_device_count);

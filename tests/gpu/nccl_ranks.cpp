@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "rank_launcher.h"
 #include "slurmddp/tcp_store.h"
 #include "subprocess.h"
 
@@ -60,18 +61,13 @@ NcclOptions single_rank(int device) {
 Launch run_ranks(const std::string& scenario, int size, milliseconds comm_timeout,
                  std::chrono::seconds hard_limit,
                  const std::function<void(Store&, const std::vector<pid_t>&)>& during) {
-  TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  so.is_server = true;
-  so.timeout = std::chrono::seconds(30);
-  auto store = make_tcp_store(so);
+  auto store = support::host_store(std::chrono::seconds(30));
   std::vector<pid_t> pids;
   for (int r = 0; r < size; ++r) {
-    pids.push_back(
-        support::spawn_self({"--worker", scenario, std::to_string(r), std::to_string(size),
-                             std::to_string(store->port()), std::to_string(comm_timeout.count())},
-                            rank_env(r, size)));
+    pids.push_back(support::spawn_self(
+        support::with_rank({"--worker", scenario, std::to_string(comm_timeout.count())}, r, size,
+                           store->port()),
+        rank_env(r, size)));
   }
   if (during) during(*store, pids);
   Launch l;

@@ -9,12 +9,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gpu_values.h"
 #include "nccl_ranks.h"
+#include "rank_launcher.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/tcp_store.h"
@@ -26,7 +28,7 @@ struct WorkerArgs {
   std::string scenario;
   int rank = 0;
   int size = 1;
-  uint16_t port = 0;
+  support::RankArgs self;
   milliseconds timeout{60000};
 };
 
@@ -219,27 +221,30 @@ int run_worker(const WorkerArgs& a) {
       return 1;
     }
   }
-  TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = a.port;
-  so.timeout = std::chrono::seconds(30);
-  std::shared_ptr<Store> store = make_tcp_store(so);
+  std::shared_ptr<Store> store = support::connect_store(a.self, std::chrono::seconds(30));
   return it->second(a, store);
 }
 
 }  // namespace
 
 int worker_main(int argc, char** argv) {
-  if (argc < 7) {
-    std::fprintf(stderr, "usage: %s --worker SCENARIO RANK SIZE PORT TIMEOUT_MS\n", argv[0]);
+  WorkerArgs a;
+  try {
+    a.self = support::RankArgs::take_from(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s --worker: %s\n", argv[0], e.what());
     return 2;
   }
-  WorkerArgs a;
+  if (argc != 4 || !a.self.started_as_rank()) {
+    std::fprintf(stderr,
+                 "usage: %s --worker SCENARIO TIMEOUT_MS --rank R --world N --store-port P\n",
+                 argv[0]);
+    return 2;
+  }
   a.scenario = argv[2];
-  a.rank = std::atoi(argv[3]);
-  a.size = std::atoi(argv[4]);
-  a.port = static_cast<uint16_t>(std::atoi(argv[5]));
-  a.timeout = milliseconds(std::atol(argv[6]));
+  a.rank = a.self.rank;
+  a.size = a.self.world;
+  a.timeout = milliseconds(std::atol(argv[3]));
   try {
     return run_worker(a);
   } catch (const std::exception& e) {

@@ -51,8 +51,8 @@
 
 #include "../../common/stats.h"
 #include "comm/nccl/nccl_util.h"
+#include "gpu_bench_main.h"
 #include "gpu_values.h"
-#include "rank_launcher.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/tcp_store.h"

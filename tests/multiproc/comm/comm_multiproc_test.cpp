@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "rank_launcher.h"
 #include "slurmddp/tcp_store.h"
 #include "subprocess.h"
 
@@ -128,12 +129,7 @@ class Group {
   Group(const std::string& scenario, int size, std::chrono::milliseconds timeout, size_t count,
         const std::vector<int>& ranks_to_start = {}, const std::string& nodes = "",
         const slurmddp::support::Env& extra_env = {}) {
-    slurmddp::TcpStoreOptions so;
-    so.is_server = true;
-    so.port = 0;
-    so.host = "127.0.0.1";
-    so.server.bind_host = "127.0.0.1";
-    store_ = slurmddp::make_tcp_store(so);
+    store_ = slurmddp::support::host_store();
     static std::atomic<int> groups{0};
     prefix_ = "mp" + std::to_string(groups++);
     std::vector<int> ranks = ranks_to_start;
@@ -147,9 +143,9 @@ class Group {
         env["SLURMD_NODENAME"] = std::string("node-") + nodes[static_cast<size_t>(r)];
       }
       procs_[static_cast<size_t>(r)] = std::make_unique<RankProcess>(
-          std::vector<std::string>{rank_binary(), scenario, std::to_string(r), std::to_string(size),
-                                   std::to_string(store_->port()), prefix_,
-                                   std::to_string(timeout.count()), std::to_string(count)},
+          slurmddp::support::with_rank({rank_binary(), scenario, prefix_,
+                                        std::to_string(timeout.count()), std::to_string(count)},
+                                       r, size, store_->port()),
           env);
     }
   }

@@ -8,7 +8,8 @@
 //                              CLOCK_MONOTONIC in milliseconds when it did
 //   RESULT wrong <text>        a result differed from its closed form
 //
-// Usage: comm_rank <scenario> <rank> <size> <store port> <prefix> <timeout ms> [count]
+// Usage: comm_rank <scenario> <prefix> <timeout ms> [count] --rank R --world N --store-port P
+//   (rank_args.h)
 //   scenario "collectives": every collective x type x reduction, checked
 //   scenario "loop":        allreduce float32 sum of `count` elements until it fails
 //   scenario "join":        create the communicator only
@@ -19,9 +20,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "collective_values.h"
+#include "rank_launcher.h"
 #include "rank_results.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
@@ -82,27 +85,29 @@ int run_scale(Communicator& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 7) {
-    std::fprintf(stderr, "usage: %s scenario rank size port prefix timeout_ms [count]\n", argv[0]);
+  slurmddp::support::RankArgs self;
+  try {
+    self = slurmddp::support::RankArgs::take_from(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 2;
+  }
+  if (argc < 4 || !self.started_as_rank()) {
+    std::fprintf(stderr,
+                 "usage: %s scenario prefix timeout_ms [count] --rank R --world N --store-port P\n",
+                 argv[0]);
     return 2;
   }
   say("START " + std::to_string(monotonic_ms()));
   const std::string scenario = argv[1];
-  const int rank = std::atoi(argv[2]);
-  const int size = std::atoi(argv[3]);
-  const auto port = static_cast<uint16_t>(std::atoi(argv[4]));
-  const std::string prefix = argv[5];
-  const std::chrono::milliseconds timeout(std::atol(argv[6]));
-  const size_t count = argc > 7 ? std::strtoull(argv[7], nullptr, 10) : 1001;
+  const std::string prefix = argv[2];
+  const std::chrono::milliseconds timeout(std::atol(argv[3]));
+  const size_t count = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 1001;
   try {
-    TcpStoreOptions so;
-    so.host = "127.0.0.1";
-    so.port = port;
-    so.timeout = timeout;
     GlooOptions o;
-    o.rank = rank;
-    o.size = size;
-    o.store = make_tcp_store(so);
+    o.rank = self.rank;
+    o.size = self.world;
+    o.store = slurmddp::support::connect_store(self, timeout);
     o.prefix = prefix;
     o.hostname = "127.0.0.1";
     o.timeout = timeout;

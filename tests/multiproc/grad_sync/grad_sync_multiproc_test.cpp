@@ -1,5 +1,5 @@
-// grad_sync with ranks as separate processes (Gloo over loopback, TCP store
-// hosted by rank 0), world sizes 1-4. The helper (GRAD_SYNC_RANK) runs one
+// grad_sync with ranks as separate processes (Gloo over loopback, a TCP store
+// hosted by the test), world sizes 1-4. The helper (GRAD_SYNC_RANK) runs one
 // scenario per rank; see grad_sync_rank.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "rank_launcher.h"
 #include "subprocess.h"
 
 namespace slurmddp::testing {
@@ -46,26 +47,18 @@ std::string helper() {
   return h != nullptr ? h : "";
 }
 
-// Starts rank 0, reads its store port, starts the others, and collects every
-// rank's output and exit code before `within` passes.
+// Starts the ranks around a store hosted here and collects every rank's
+// output and exit code before `within` passes.
 std::vector<RankResult> run_group(const std::string& scenario, int size, uint64_t seed,
                                   std::chrono::milliseconds within) {
   const auto deadline = Clock::now() + within;
   std::vector<std::unique_ptr<Child>> procs;
   std::vector<RankResult> results(static_cast<size_t>(size));
-  auto argv = [&](int rank, const std::string& port) {
-    return std::vector<std::string>{
-        helper(), scenario, std::to_string(rank), std::to_string(size), port, std::to_string(seed)};
-  };
-  procs.push_back(start_rank(argv(0, "0")));
-  const auto first = procs[0]->read_line(deadline);
-  if (!first || first->rfind("port ", 0) != 0) {
-    ADD_FAILURE() << "rank 0 did not report its store port; stderr:\n" << procs[0]->stderr_text();
-    return results;
+  const auto store = support::host_store();
+  for (int r = 0; r < size; ++r) {
+    procs.push_back(start_rank(
+        support::with_rank({helper(), scenario, std::to_string(seed)}, r, size, store->port())));
   }
-  results[0].lines.push_back(*first);
-  const std::string port = first->substr(5);
-  for (int r = 1; r < size; ++r) procs.push_back(start_rank(argv(r, port)));
   for (int r = 0; r < size; ++r) {
     auto& res = results[static_cast<size_t>(r)];
     while (auto line = procs[static_cast<size_t>(r)]->read_line(deadline)) {

@@ -1,9 +1,9 @@
-// One rank of a multi-process grad_sync test: TCP store (rank 0 hosts it on a
-// free port and prints "port <p>"), Gloo on loopback, then a scenario. The
+// One rank of a multi-process grad_sync test: a client of the TCP store its
+// launcher hosts, Gloo on loopback, then a scenario. The
 // last line is "result ok" or "result error <message>"; the exit code is 0
 // for ok, 1 for a failed check, 2 for an exception.
 //
-//   grad_sync_rank <scenario> <rank> <size> <port> <seed>
+//   grad_sync_rank <scenario> <seed> --rank R --world N --store-port P  (rank_args.h)
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,8 +11,10 @@
 #include <cstdio>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 #include <string>
 
+#include "rank_launcher.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/grad_sync.h"
@@ -29,8 +31,8 @@ struct Args {
   std::string scenario;
   int rank = 0;
   int size = 1;
-  uint16_t port = 0;
   uint64_t seed = 1;
+  support::RankArgs self;
 };
 
 class CheckFailed : public std::runtime_error {
@@ -257,14 +259,7 @@ void scenario_default_limits(std::shared_ptr<Communicator> comm, const Args& a) 
 }
 
 int run(const Args& a) {
-  TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = a.port;
-  so.is_server = a.rank == 0;
-  so.timeout = 20s;
-  so.server.bind_host = "127.0.0.1";
-  auto store = make_tcp_store(so);
-  if (a.rank == 0) std::cout << "port " << store->port() << std::endl;
+  auto store = support::connect_store(a.self, 20s);
   GlooOptions go;
   go.rank = a.rank;
   go.size = a.size;
@@ -303,16 +298,21 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::cerr << "usage: grad_sync_rank <scenario> <rank> <size> <port> <seed>\n";
+  Args a;
+  try {
+    a.self = support::RankArgs::take_from(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "grad_sync_rank: " << e.what() << "\n";
     return 2;
   }
-  Args a;
+  if (argc != 3 || !a.self.started_as_rank()) {
+    std::cerr << "usage: grad_sync_rank <scenario> <seed> --rank R --world N --store-port P\n";
+    return 2;
+  }
   a.scenario = argv[1];
-  a.rank = std::atoi(argv[2]);
-  a.size = std::atoi(argv[3]);
-  a.port = static_cast<uint16_t>(std::atoi(argv[4]));
-  a.seed = std::strtoull(argv[5], nullptr, 10);
+  a.seed = std::strtoull(argv[2], nullptr, 10);
+  a.rank = a.self.rank;
+  a.size = a.self.world;
   try {
     return run(a);
   } catch (const CheckFailed& e) {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "loopback_port.h"
+#include "plugin_env.h"
 #include "process.h"
 
 namespace slurmddp {
@@ -35,22 +36,10 @@ struct Rank {
 
 std::unique_ptr<Process> start(const Rank& r, uint16_t port, const std::string& timeout = "3s",
                                const std::map<std::string, std::string>& extra = {}) {
-  std::vector<std::string> argv{probe()};
-  std::map<std::string, std::string> env{{"RANK", std::to_string(r.rank)},
-                                         {"WORLD_SIZE", std::to_string(r.world)},
-                                         {"LOCAL_RANK", std::to_string(r.rank)},
-                                         {"LOCAL_WORLD_SIZE", std::to_string(r.world)},
-                                         {"MASTER_ADDR", "127.0.0.1"},
-                                         {"MASTER_PORT", std::to_string(port)},
-                                         {"SLURMDDP_TOKEN", r.token},
-                                         {"SLURMDDP_TIMEOUT", timeout},
-                                         {"SLURMDDP_BACKEND", "gloo"},
-                                         {"GLOO_SOCKET_IFNAME", "lo"},
-                                         {"SLURMDDP_STEP", ""},
-                                         {"SLURM_JOB_ID", ""},
-                                         {"PMIX_RANK", ""}};
+  auto env = support::plugin_env(r.rank, r.world, port,
+                                 {{"SLURMDDP_TOKEN", r.token}, {"SLURMDDP_TIMEOUT", timeout}});
   for (const auto& [k, v] : extra) env[k] = v;
-  return std::make_unique<Process>(argv, env);
+  return std::make_unique<Process>(std::vector<std::string>{probe()}, env);
 }
 
 bool built_with_nccl() {
@@ -165,20 +154,10 @@ std::unique_ptr<Process> start_training(
     const std::map<std::string, std::string>& more = {}) {
   std::vector<std::string> argv{probe()};
   argv.insert(argv.end(), fault.begin(), fault.end());
-  std::map<std::string, std::string> env{{"RANK", std::to_string(r)},
-                                         {"WORLD_SIZE", std::to_string(world)},
-                                         {"LOCAL_RANK", std::to_string(r)},
-                                         {"LOCAL_WORLD_SIZE", std::to_string(world)},
-                                         {"MASTER_ADDR", "127.0.0.1"},
-                                         {"MASTER_PORT", std::to_string(port)},
-                                         {"SLURMDDP_TIMEOUT", "30s"},
-                                         {"SLURMDDP_HANG_AFTER", "1s"},
-                                         {"SLURMDDP_BACKEND", "gloo"},
-                                         {"GLOO_SOCKET_IFNAME", "lo"},
-                                         {"SLURMD_NODENAME", r < 2 ? "node-a" : "node-b"},
-                                         {"SLURMDDP_STEP", ""},
-                                         {"SLURM_JOB_ID", ""},
-                                         {"PMIX_RANK", ""}};
+  auto env = support::plugin_env(r, world, port,
+                                 {{"SLURMDDP_TIMEOUT", "30s"},
+                                  {"SLURMDDP_HANG_AFTER", "1s"},
+                                  {"SLURMD_NODENAME", r < 2 ? "node-a" : "node-b"}});
   for (const auto& [k, v] : more) env[k] = v;
   return std::make_unique<Process>(argv, env);
 }

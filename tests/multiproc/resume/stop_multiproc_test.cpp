@@ -13,6 +13,7 @@
 #include <set>
 
 #include "loopback_port.h"
+#include "plugin_env.h"
 #include "process.h"
 
 namespace slurmddp {
@@ -30,20 +31,9 @@ std::vector<std::unique_ptr<Process>> start(int world, const std::vector<std::st
     std::vector<std::string> argv{std::getenv("SLURMDDP_STOP_RANK")};
     argv.insert(argv.end(), args.begin(), args.end());
     ranks.push_back(std::make_unique<Process>(
-        argv,
-        std::map<std::string, std::string>{{"RANK", std::to_string(r)},
-                                           {"WORLD_SIZE", std::to_string(world)},
-                                           {"LOCAL_RANK", std::to_string(r)},
-                                           {"LOCAL_WORLD_SIZE", std::to_string(world)},
-                                           {"MASTER_ADDR", "127.0.0.1"},
-                                           {"MASTER_PORT", std::to_string(port)},
-                                           {"SLURMDDP_TOKEN", "00112233445566778899aabbccddeeff"},
-                                           {"SLURMDDP_TIMEOUT", timeout},
-                                           {"SLURMDDP_BACKEND", "gloo"},
-                                           {"GLOO_SOCKET_IFNAME", "lo"},
-                                           {"SLURMDDP_STEP", ""},
-                                           {"SLURM_JOB_ID", ""},
-                                           {"PMIX_RANK", ""}}));
+        argv, support::plugin_env(r, world, port,
+                                  {{"SLURMDDP_TOKEN", "00112233445566778899aabbccddeeff"},
+                                   {"SLURMDDP_TIMEOUT", timeout}})));
   }
   return ranks;
 }

@@ -4,7 +4,7 @@
 //       Hosts a TcpStoreServer on 127.0.0.1 (port chosen by the kernel),
 //       prints "port <P>", then answers each "stats" line on stdin with one
 //       line of counters; exits 0 at end of input.
-//   store_helper rank --rank R --world N --timeout-ms T (--port P | --serve)
+//   store_helper rank --rank R --world N --timeout-ms T (--store-port P | --serve)
 //       A rank: connects (or with --serve hosts the server and prints
 //       "port <P>" first), enters barrier "init", publishes a value, reads
 //       every other rank's value and checks it, enters barrier "exit", prints
@@ -109,7 +109,7 @@ int run_rank(const std::map<std::string, std::string>& f) {
   const milliseconds timeout(flag(f, "timeout-ms", 10000));
   slurmddp::TcpStoreOptions o;
   o.host = "127.0.0.1";
-  o.port = static_cast<uint16_t>(flag(f, "port", 0));
+  o.port = static_cast<uint16_t>(flag(f, "store-port", 0));
   o.token = token();
   o.timeout = timeout;
   // With --serve this rank hosts the server (as the rank on MASTER_ADDR

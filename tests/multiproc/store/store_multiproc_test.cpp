@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "process.h"
+#include "rank_args.h"
 #include "raw_client.h"
 
 namespace slurmddp {
@@ -37,9 +38,9 @@ std::unique_ptr<Process> spawn(std::vector<std::string> args, const Env& env = {
 
 std::unique_ptr<Process> rank(int r, int world, uint16_t port, long timeout_ms,
                               const Env& env = {}) {
-  return spawn({"rank", "--rank", std::to_string(r), "--world", std::to_string(world),
-                "--timeout-ms", std::to_string(timeout_ms), "--port", std::to_string(port)},
-               env);
+  return spawn(
+      support::with_rank({"rank", "--timeout-ms", std::to_string(timeout_ms)}, r, world, port),
+      env);
 }
 
 uint16_t read_port(Process& p) {
