@@ -25,8 +25,8 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// 4 epochs of 469 steps on 4 ranks (2 nodes x 2): long enough (about a minute)
-// that the time-limit warning, sent within 30 s of the start, comes first.
+// 4 epochs of 469 steps on 4 ranks (2 nodes x 2): long enough (75-90 s of
+// steps) that the time-limit warning, sent 15 to 45 s into a run, comes first.
 const char* const kArgs = " --epochs 4 --batch-size 32 --log-every 50 --deterministic";
 
 std::set<std::string> digests(const std::string& out) {
@@ -100,14 +100,19 @@ TEST(TorchResumeSystem, ScancelSignalMidEpochRequeuesAndResumesBitIdentical) {
   EXPECT_EQ(digests(out), std::set<std::string>{ref}) << out;
 }
 
-// --signal=USR1@59 on a 1-minute limit: Slurm sends the warning at its first
-// time-limit check (every 30 s here); the training stops, requeues itself, may
+// --signal=USR1@105 on a 2-minute limit: Slurm sends the warning at a
+// time-limit check (every 30 s here) once 15 s of the run have passed, so 15
+// to 45 s in: after the ranks installed their handlers and well before the
+// training (75-90 s of steps) ends. The training stops, requeues itself, may
 // be stopped again in a later run, and ends with the reference's parameters.
+// (--signal=USR1@59 on a 1-minute limit let the check come in the first
+// seconds, before the step or its handlers existed: the warning was lost, or
+// ended a rank by the signal's default action, as it would any program.)
 TEST(TorchResumeSystem, TimeLimitWarningStopsRequeuesAndResumesBitIdentical) {
   REQUIRE_CLUSTER();
   const std::string ref = reference();
   std::string dir = job_dir("torch-resume-timelimit");
-  std::string id = submit(dir, "--time=1 --signal=USR1@59");
+  std::string id = submit(dir, "--time=2 --signal=USR1@105");
   size_t released = 0;
   ASSERT_TRUE(finish_through_requeues(id, dir, "rank 0: stopped after step",
                                       std::chrono::seconds(600), released))
