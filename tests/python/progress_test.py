@@ -52,13 +52,17 @@ class HangReport(unittest.TestCase):
                 second = wait_for_log(paths, "hang report 2: ", 60)
                 procs[1].send_signal(signal.SIGCONT)
                 self.assertTrue(second)
-                codes = [p.wait(timeout=120) for p in procs]
-            finally:
+                deadline = time.monotonic() + 120
                 for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-                        p.wait()
-            logs = ""
+                    try:
+                        p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        break
+            finally:
+                hung = support.stop_hung(dict(enumerate(procs)))
+            codes = [p.returncode for p in procs]
+            logs = "".join(f"[test: rank {r} still running after 120 s; threads: {t}]\n"
+                           for r, t in hung.items())
             for p in paths:
                 with open(p, encoding="utf-8") as f:
                     logs += f.read()

@@ -1,9 +1,11 @@
 """Shared by the Python tests: the torch gate, free ports, and ranks as
 child processes with the environment slurm-ddp's plugin would export."""
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import unittest
 
 SKIP = 77  # meson's exit code for a skipped test
@@ -53,6 +55,7 @@ def rank_env(rank, world, port, token="5eed" * 8, **extra):
         "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "GLOO_SOCKET_IFNAME": "lo",
     })
+    env["PYTHONFAULTHANDLER"] = "1"  # a rank that hangs shows its stacks (stop_hung)
     if token is not None:
         env["SLURMDDP_TOKEN"] = token
     env.update({k: str(v) for k, v in extra.items()})
@@ -72,18 +75,62 @@ def start_ranks(script, ranks, world, port, args=(), **env_extra):
     return procs
 
 
+def threads_of(pid):
+    """Each thread of `pid` as 'tid name state wait-channel', for a rank that hangs."""
+    lines = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        return "(gone)"
+    for tid in tids:
+        try:
+            base = f"/proc/{pid}/task/{tid}/"
+            with open(base + "comm") as f:
+                name = f.read().strip()
+            with open(base + "stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(base + "wchan") as f:
+                wchan = f.read().strip()
+            lines.append(f"{tid} {name} {state} {wchan}")
+        except OSError:
+            continue
+    return "; ".join(lines)
+
+
+def stop_hung(procs, grace=5):
+    """Ends the ranks still running, saying where they were: their threads'
+    states, then SIGABRT, on which each prints every thread's Python stack
+    (PYTHONFAULTHANDLER, set by rank_env) before it dies; SIGKILL after
+    `grace` s. Returns {rank: threads} of those it found running."""
+    found = {}
+    for r, p in procs.items():
+        if p.poll() is None:
+            found[r] = threads_of(p.pid)
+            p.send_signal(signal.SIGABRT)
+    deadline = time.monotonic() + grace
+    for r in found:
+        try:
+            procs[r].wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            procs[r].kill()
+            procs[r].wait()
+    return found
+
+
 def finish(procs, timeout=120):
-    """Waits for every rank (killing all after `timeout` s); returns
-    {rank: (returncode, stdout, stderr)}."""
+    """Waits for every rank (after `timeout` s, stops the ones still running
+    with stop_hung); returns {rank: (returncode, stdout, stderr)}."""
     out = {}
+    hung = {}
+    deadline = time.monotonic() + timeout
     for r, p in procs.items():
         try:
-            o, e = p.communicate(timeout=timeout)
+            o, e = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            for q in procs.values():
-                q.kill()
+            hung.update(stop_hung(procs))
             o, e = p.communicate()
-            e += f"\n[test: rank {r} killed after {timeout} s]"
+        if r in hung:
+            e += f"\n[test: rank {r} still running after {timeout} s; threads: {hung[r]}]"
         out[r] = (p.returncode, o, e)
     return out
 
