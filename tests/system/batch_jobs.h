@@ -61,8 +61,9 @@ inline std::string submit(const std::string& dir, const std::string& script,
 // Slurm holds a requeued batch job back (Reason=BeginTime, about two minutes
 // here) before it may start again; once the job is pending and its output
 // shows `stopped` (the ranks' stop line), the test lets it start at once.
+// `also` adds more of the job's fields to that update (e.g. "TimeLimit=10").
 inline void release_after_requeue(const std::string& id, const std::string& dir,
-                                  const std::string& stopped) {
+                                  const std::string& stopped, const std::string& also = "") {
   ASSERT_TRUE(poll_until(std::chrono::seconds(120),
                          [&] {
                            return job_state(id) == "PENDING" &&
@@ -70,8 +71,20 @@ inline void release_after_requeue(const std::string& id, const std::string& dir,
                          }))
       << job_state(id) << "\n"
       << slurp(dir + "/out.txt");
-  Result r = run("scontrol update JobId=" + id + " StartTime=now");
+  Result r = run("scontrol update JobId=" + id + " StartTime=now " + also);
   EXPECT_EQ(r.rc, 0) << r.err;
+}
+
+// How long the job has run, in seconds (scontrol's RunTime; -1 when unknown).
+inline long run_seconds(const std::string& id) {
+  Result r = run("scontrol -o show job " + id + " 2>/dev/null", std::chrono::seconds(30));
+  std::smatch m;
+  if (!std::regex_search(r.out, m, std::regex(R"(RunTime=(?:(\d+)-)?(\d+):(\d+):(\d+))"))) {
+    return -1;
+  }
+  const long days = m[1].matched ? std::stol(m[1].str()) : 0;
+  return ((days * 24 + std::stol(m[2].str())) * 60 + std::stol(m[3].str())) * 60 +
+         std::stol(m[4].str());
 }
 
 // How many times `needle` occurs in `text`.

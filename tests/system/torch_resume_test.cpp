@@ -25,8 +25,8 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// 4 epochs of 469 steps on 4 ranks (2 nodes x 2): long enough (75-90 s of
-// steps) that the time-limit warning, sent 15 to 45 s into a run, comes first.
+// 4 epochs of 469 steps on 4 ranks (2 nodes x 2): 75-90 s of steps, time for
+// a stop signal mid-run.
 const char* const kArgs = " --epochs 4 --batch-size 32 --log-every 50 --deterministic";
 
 std::set<std::string> digests(const std::string& out) {
@@ -100,28 +100,38 @@ TEST(TorchResumeSystem, ScancelSignalMidEpochRequeuesAndResumesBitIdentical) {
   EXPECT_EQ(digests(out), std::set<std::string>{ref}) << out;
 }
 
-// --signal=USR1@105 on a 2-minute limit: Slurm sends the warning at a
-// time-limit check (every 30 s here) once 15 s of the run have passed, so 15
-// to 45 s in: after the ranks installed their handlers and well before the
-// training (75-90 s of steps) ends. The training stops, requeues itself, may
-// be stopped again in a later run, and ends with the reference's parameters.
-// (--signal=USR1@59 on a 1-minute limit let the check come in the first
-// seconds, before the step or its handlers existed: the warning was lost, or
-// ended a rank by the signal's default action, as it would any program.)
+// The job's time limit approaching, as Slurm tells it: submitted with a
+// 10-minute limit and --signal=USR1@60; once it trains (step 100: the ranks'
+// handlers are in), its limit is moved to 70 s from now, so the warning is due
+// at Slurm's next time-limit check (every 30 s here; it may come that much
+// early). The training stops, requeues itself, gets its 10 minutes back when
+// released, and ends with the reference's parameters. (A short limit from the
+// start, --time=1 --signal=USR1@59, let the warning come in the first seconds
+// of the job, before the step or the ranks' handlers existed: it was lost, or
+// ended the ranks by the signal's default action.)
 TEST(TorchResumeSystem, TimeLimitWarningStopsRequeuesAndResumesBitIdentical) {
   REQUIRE_CLUSTER();
   const std::string ref = reference();
   std::string dir = job_dir("torch-resume-timelimit");
-  std::string id = submit(dir, "--time=2 --signal=USR1@105");
-  size_t released = 0;
-  ASSERT_TRUE(finish_through_requeues(id, dir, "rank 0: stopped after step",
-                                      std::chrono::seconds(600), released))
-      << slurp(dir + "/out.txt");
+  std::string id = submit(dir, "--time=10 --signal=USR1@60");
+  ASSERT_TRUE(poll_until(std::chrono::seconds(180), [&] {
+    return slurp(dir + "/out.txt").find("\nstep 100\n") != std::string::npos;
+  })) << slurp(dir + "/out.txt");
+  const long ran = run_seconds(id);
+  ASSERT_GE(ran, 0) << "no RunTime for job " << id;
+  const long limit = ran + 70;
+  Result shorter = run("scontrol update JobId=" + id + " TimeLimit=" + std::to_string(limit / 60) +
+                       ":" + std::to_string(limit % 60));
+  ASSERT_EQ(shorter.rc, 0) << shorter.err;
+  release_after_requeue(id, dir, "rank 0: stopped after step", "TimeLimit=10");
+  ASSERT_TRUE(poll_until(std::chrono::seconds(400), [&] {
+    return finished(id) && slurp(dir + "/out.txt").find("run 1 of job") != std::string::npos;
+  })) << slurp(dir + "/out.txt");
   std::string out = slurp(dir + "/out.txt");
   EXPECT_EQ(job_state(id), "COMPLETED") << out;
-  EXPECT_GE(released, 1u) << "the warning signal never stopped the training:\n" << out;
   EXPECT_THAT(out, HasSubstr("on SIGUSR1, checkpoint in checkpoints/job-" + id));
   EXPECT_THAT(out, HasSubstr("restart count 1"));
+  EXPECT_THAT(out, Not(HasSubstr("DUE TO TIME LIMIT"))) << out;
   EXPECT_EQ(digests(out), std::set<std::string>{ref}) << out;
 }
 
