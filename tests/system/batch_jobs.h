@@ -75,6 +75,12 @@ inline void release_after_requeue(const std::string& id, const std::string& dir,
   EXPECT_EQ(r.rc, 0) << r.err;
 }
 
+// Makes the job's time-limit warning (--signal=SIG@N with N >= 120) due now:
+// its limit becomes the next whole minute but one, so 60-120 s are left, and
+// Slurm sends the warning at its next time-limit check (every 30 s here),
+// well before the limit. The job must be running; false when Slurm refused.
+inline bool bring_time_limit_close(const std::string& id);
+
 // How long the job has run, in seconds (scontrol's RunTime; -1 when unknown).
 inline long run_seconds(const std::string& id) {
   Result r = run("scontrol -o show job " + id + " 2>/dev/null", std::chrono::seconds(30));
@@ -94,28 +100,18 @@ inline size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
-// Polls until the job has ended (true) or `limit` passed (false). Each time
-// the job is pending again after one more `stopped` line in its output (it
-// requeued itself), lets it start at once; `released` counts those times.
-inline bool finish_through_requeues(const std::string& id, const std::string& dir,
-                                    const std::string& stopped, std::chrono::seconds limit,
-                                    size_t& released) {
-  released = 0;
-  return poll_until(limit, [&] {
-    size_t stops = count(slurp(dir + "/out.txt"), stopped);
-    if (job_state(id) == "PENDING" && stops > released) {  // requeued: let it start now
-      run("scontrol update JobId=" + id + " StartTime=now");
-      released = stops;
-    }
-    return finished(id);
-  });
-}
-
 // Runs `body` (bash) in one allocation of 2 nodes x 2 tasks, so that its steps
 // share one job id and so one checkpoint directory.
 inline Result in_one_job(const std::string& dir, const std::string& body) {
   std::ofstream(dir + "/steps.sh") << "#!/bin/bash\n" << body;
   return run("salloc -N 2 --ntasks-per-node=2 bash steps.sh", std::chrono::seconds(600), dir);
+}
+
+inline bool bring_time_limit_close(const std::string& id) {
+  const long ran = run_seconds(id);
+  if (ran < 0) return false;
+  // Slurm keeps time limits in whole minutes.
+  return run("scontrol update JobId=" + id + " TimeLimit=" + std::to_string(ran / 60 + 2)).rc == 0;
 }
 
 }  // namespace slurmddp::systest
