@@ -75,12 +75,6 @@ inline void release_after_requeue(const std::string& id, const std::string& dir,
   EXPECT_EQ(r.rc, 0) << r.err;
 }
 
-// Makes the job's time-limit warning (--signal=SIG@N with N >= 120) due now:
-// its limit becomes the next whole minute but one, so 60-120 s are left, and
-// Slurm sends the warning at its next time-limit check (every 30 s here),
-// well before the limit. The job must be running; false when Slurm refused.
-inline bool bring_time_limit_close(const std::string& id);
-
 // How long the job has run, in seconds (scontrol's RunTime; -1 when unknown).
 inline long run_seconds(const std::string& id) {
   Result r = run("scontrol -o show job " + id + " 2>/dev/null", std::chrono::seconds(30));
@@ -91,6 +85,17 @@ inline long run_seconds(const std::string& id) {
   const long days = m[1].matched ? std::stol(m[1].str()) : 0;
   return ((days * 24 + std::stol(m[2].str())) * 60 + std::stol(m[3].str())) * 60 +
          std::stol(m[4].str());
+}
+
+// Makes the job's time-limit warning (--signal=SIG@N with N >= 120) due now:
+// its limit becomes the next whole minute but one, so 60-120 s are left, and
+// Slurm sends the warning at its next time-limit check (every 30 s here),
+// well before the limit. The job must be running; false when Slurm refused.
+inline bool bring_time_limit_close(const std::string& id) {
+  const long ran = run_seconds(id);
+  if (ran < 0) return false;
+  // Slurm keeps time limits in whole minutes.
+  return run("scontrol update JobId=" + id + " TimeLimit=" + std::to_string(ran / 60 + 2)).rc == 0;
 }
 
 // How many times `needle` occurs in `text`.
@@ -105,13 +110,6 @@ inline size_t count(const std::string& text, const std::string& needle) {
 inline Result in_one_job(const std::string& dir, const std::string& body) {
   std::ofstream(dir + "/steps.sh") << "#!/bin/bash\n" << body;
   return run("salloc -N 2 --ntasks-per-node=2 bash steps.sh", std::chrono::seconds(600), dir);
-}
-
-inline bool bring_time_limit_close(const std::string& id) {
-  const long ran = run_seconds(id);
-  if (ran < 0) return false;
-  // Slurm keeps time limits in whole minutes.
-  return run("scontrol update JobId=" + id + " TimeLimit=" + std::to_string(ran / 60 + 2)).rc == 0;
 }
 
 }  // namespace slurmddp::systest
