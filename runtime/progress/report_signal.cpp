@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "common/signals.h"
 #include "slurmddp/error.h"
 #include "slurmddp/stop.h"
 
@@ -52,10 +53,7 @@ std::optional<int> parse_report_signal(const char* variable, const std::string& 
     if (*end == '\0' && n > 0 && n < NSIG) sig = static_cast<int>(n);
   } else {
     const std::string bare = v.rfind("SIG", 0) == 0 ? v.substr(3) : v;
-    for (int s = 1; s < NSIG && sig == 0; ++s) {
-      const char* abbrev = sigabbrev_np(s);
-      if (abbrev != nullptr && bare == abbrev) sig = s;
-    }
+    sig = common::signal_number(bare);
   }
   const std::string expected =
       "; expected a signal name or number a program can catch (default URG: scancel "

@@ -9,6 +9,7 @@
 
 #include "comm/scalar_channel.h"
 #include "common/log.h"
+#include "common/signals.h"
 #include "slurmddp/error.h"
 #include "slurmddp/stop.h"
 
@@ -66,7 +67,7 @@ const char* ucx_debug_handler(const struct sigaction& prev) {
 }  // namespace
 
 std::string signal_name(int signal) {
-  const char* abbrev = sigabbrev_np(signal);
+  const char* abbrev = common::signal_abbrev(signal);
   return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
 }
 
