@@ -184,6 +184,7 @@ struct Watchdog::Loop {
   bool stop_ = false;
   bool done_ = false;          // run() returned
   bool window_ready_ = false;  // the tracker ended a straggler window
+  bool first_beat_ = false;    // the first heartbeat is in the store
 };
 
 Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker) {
@@ -207,6 +208,13 @@ Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker) {
     loop->done_ = true;
     loop->cv_.notify_all();
   });
+  // The thread's first beat comes at once; the program goes on when it is in
+  // the store (or after stop_wait, for a store that does not answer): a rank
+  // stopped (or stuck in a read) in its first steps is still named with its
+  // node and step, not as a rank that never reported.
+  std::unique_lock<std::mutex> lock(loop_->mu_);
+  loop_->cv_.wait_for(lock, loop_->o_.stop_wait,
+                      [this] { return loop_->first_beat_ || loop_->done_; });
 }
 
 Watchdog::~Watchdog() {
@@ -324,14 +332,15 @@ void Watchdog::Loop::publish_window() {
 
 void Watchdog::Loop::run() {
   int64_t round = 0;
-  // The first beat at the first poll: a rank stopped early is still named
-  // with its node and step; then one every heartbeat period.
+  // The first beat at once (the constructor waits for it), without the
+  // program's description (it has not started); the next at the next poll,
+  // with it; then one every heartbeat period.
   auto last_beat = std::chrono::steady_clock::now() - o_.heartbeat;
   int64_t beat_step = -2, beat_seq = -2;  // where the last beat was
   bool beat_in_collective = false;
   // A hang that goes on is reported again at most once per hang_after.
   auto next_auto = std::chrono::steady_clock::now();
-  auto next_poll = std::chrono::steady_clock::now() + o_.poll;
+  auto next_poll = std::chrono::steady_clock::now();
   for (;;) {
     bool window = false;
     {
@@ -358,9 +367,16 @@ void Watchdog::Loop::run() {
                          (now_at.phase == Phase::kCollective) != beat_in_collective;
       if (now - last_beat >= o_.heartbeat || (waiting && moved)) {
         Record r = now_at;
-        if (o_.describe) call_program([&] { o_.describe(r, false); });
+        const bool first = beat_step == -2;
+        if (o_.describe && !first) call_program([&] { o_.describe(r, false); });
         o_.store->set(o_.scope + "/progress/" + std::to_string(o_.rank), bytes(encode(r)));
-        last_beat = now;
+        if (first) {  // and the next poll beats again, with the description
+          std::lock_guard<std::mutex> lock(mu_);
+          first_beat_ = true;
+          cv_.notify_all();
+        } else {
+          last_beat = now;
+        }
         beat_step = now_at.step;
         beat_seq = now_at.seq;
         beat_in_collective = now_at.phase == Phase::kCollective;
