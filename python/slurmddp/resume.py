@@ -32,6 +32,7 @@ import os
 import re
 import signal
 import sys
+import time
 import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -155,11 +156,35 @@ def _cpu_group(group: Optional[Any]) -> Optional[Any]:
 #   module gives a collective is kept here until the next few collectives have
 #   run, and the module's collectives use tensors it made itself (not
 #   broadcast_object_list / all_gather_object, whose tensors are torch's).
+#   At exit that is not enough (_let_gloo_finish): a rank that leaves on an
+#   error right after a collective (a refused checkpoint) starts teardown before
+#   the Gloo thread has dropped that collective's work, and newer torch (2.15)
+#   takes the GIL whenever C++ drops a reference to a tensor that Python also
+#   holds, kept or not (5 in 90 such exits aborted, measured). So at exit, while
+#   other threads may still take the GIL, each kept tensor is waited for until
+#   only Python holds it (Tensor._use_count(), where torch has it; at most
+#   _EXIT_WAIT_S in all), and is then kept for good.
 _recent: "collections.deque[Any]" = collections.deque(maxlen=8)
+_EXIT_WAIT_S = 2.0
 
 
 def _keep(*tensors: Any) -> None:
     _recent.append(tensors)
+
+
+# Registered before _close_all_stops, so that it runs after it (atexit runs
+# the last registered first) and also waits for the check that one finishes.
+@atexit.register
+def _let_gloo_finish() -> None:
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    for kept in _recent:
+        for item in kept:
+            for t in item if isinstance(item, list) else (item,):
+                use_count = getattr(t, "_use_count", None)
+                while use_count is not None and use_count() > 1 and \
+                        time.monotonic() < deadline:
+                    time.sleep(0.001)  # the Gloo thread needs the GIL to let go
+        _core.keep_forever(kept)
 
 
 def _broadcast_steps(steps: List[int], src_rank: int, group: Optional[Any]) -> List[int]:

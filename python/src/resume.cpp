@@ -82,6 +82,12 @@ records the first signal and calls the handler installed before it.)doc")
           "agree", [](StopHandlers& h, int signal) { h.get().agree(signal); }, py::arg("signal"))
       .def("close", &StopHandlers::close);
 
+  m.def(
+      "keep_forever", [](const py::handle& obj) { obj.inc_ref(); }, py::arg("obj"),
+      "Holds one more reference to obj that is never released: objects that another "
+      "thread may still release during interpreter teardown (Note [Tensors outlive "
+      "torch's Gloo thread] in slurmddp/resume.py).");
+
   m.def("signal_name", &signal_name, py::arg("signal"),
         "\"SIGUSR1\" for a signal number; \"signal N\" when it has no name.");
 

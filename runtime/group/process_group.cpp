@@ -265,7 +265,7 @@ BackendChoice choose_backend(const InitOptions& options, const ProcessIdentity& 
 std::unique_ptr<Communicator> make_communicator(
     Backend backend, const ProcessIdentity& id, const std::shared_ptr<Store>& store,
     const std::shared_ptr<membership::Membership>& group, std::chrono::milliseconds timeout,
-    const std::shared_ptr<progress::Tracker>& tracker) {
+    [[maybe_unused]] const std::shared_ptr<progress::Tracker>& tracker) {  // unused without Gloo
   if (backend == Backend::kNccl) {
     // Note [init and NCCL]
     //   The communicator is built over the group that init() already joined
@@ -388,7 +388,11 @@ std::shared_ptr<Store> rendezvous_store(const ProcessIdentity& id, Bootstrap boo
 #if SLURMDDP_HAVE_PMIX
   return pmix_rendezvous(id, timeout);  // Note [PMIx bootstrap]
 #else
-  throw InvalidArgument(head + "the PMIx bootstrap is not available in this build");
+  throw InvalidArgument(head +
+                        "SLURMDDP_BOOTSTRAP=pmix, but this build has no PMIx (built without "
+                        "PMIx's headers: install libpmix-dev or pmix-devel and rebuild or "
+                        "reinstall); unset it, or set SLURMDDP_BOOTSTRAP=tcp, to rendezvous at "
+                        "MASTER_ADDR:MASTER_PORT");
 #endif
 }
 
