@@ -11,11 +11,12 @@ or with one torchrun per node, which starts the ranks itself (torchrun.sbatch):
 
     srun -N 2 --ntasks-per-node=1 --gres=gpu:4 --ddp-launcher=torchrun torchrun train.py
 
-With slurm-ddp's Python package installed (meson install, or PYTHONPATH=
+With slurm-ddp's Python package installed (pip install, or PYTHONPATH=
 build/python), it uses init_method="slurmddp://" (the step's authenticated
-store instead of torch's open TCPStore; a rank that does not arrive is named)
-and slurmddp.torch.DistributedSampler (the same indices as torch's; mid-epoch
-resume without replaying batches), and says so; --plain keeps torch's own.
+store instead of torch's open TCPStore; a rank that does not arrive is named;
+under torchrun, torchrun's own env://) and slurmddp.torch.DistributedSampler
+(the same indices as torch's; mid-epoch resume without replaying batches), and
+says so; --plain keeps torch's own.
 
 Preemption (--checkpoint-dir DIR, needs the package): Slurm's stop signals
 (scancel, preemption, --signal=USR1@120 before the time limit) make every rank
@@ -102,13 +103,21 @@ def main():
     use_cuda = torch.cuda.is_available()
     # env:// reads the plugin's MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE;
     # slurmddp:// the same, plus SLURMDDP_TOKEN for an authenticated store.
-    init_method = "slurmddp://" if ours else "env://"
+    # Under torchrun (it sets TORCHELASTIC_RUN_ID) the ranks and their store are
+    # torchrun's: slurmddp:// cannot join its static rendezvous, so env://, and
+    # no hang report (it lives on the slurmddp:// store); the sampler, the stop
+    # agreement and the checkpoints work on any process group.
+    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    init_method = "slurmddp://" if ours and not under_torchrun else "env://"
     dist.init_process_group("nccl" if use_cuda else "gloo", init_method=init_method)
     # Where every rank is when a step hangs (scancel --signal=URG for one now).
-    progress = slurmddp_torch.Progress() if ours else None
+    progress = slurmddp_torch.Progress() if init_method == "slurmddp://" else None
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0:
-        if ours:
+        if ours and under_torchrun:
+            print("train.py: under torchrun: init_method=env:// (torchrun's rendezvous), "
+                  "slurmddp.torch.DistributedSampler, no hang report", flush=True)
+        elif ours:
             print(f"train.py: slurm-ddp's Python package {slurmddp_torch.__name__} is installed: "
                   f"init_method={init_method}, slurmddp.torch.DistributedSampler", flush=True)
         else:

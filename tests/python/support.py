@@ -11,17 +11,49 @@ import unittest
 SKIP = 77  # meson's exit code for a skipped test
 
 
+# Note [The Python under test] (tests/system/cluster.cpp): with
+# SLURMDDP_TEST_PYTHON set (the PyPI lane: a venv with the newest torch and
+# slurm-ddp pip-installed from the checkout), a test started by meson with the
+# build's interpreter runs itself again under that one, without the build's
+# package on PYTHONPATH (SLURMDDP_BUILD_PYTHONPATH names it), so that the
+# package the test imports is the pip-installed one; the ranks it starts use
+# sys.executable and inherit the environment.
+def _run_under_the_python_under_test():
+    want = os.environ.get("SLURMDDP_TEST_PYTHON", "")
+    if not want or os.path.abspath(sys.executable) == os.path.abspath(want):
+        return
+    build = os.path.realpath(os.environ.get("SLURMDDP_BUILD_PYTHONPATH", "") or "/nonexistent")
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and os.path.realpath(p) != build]
+    os.environ["PYTHONPATH"] = os.pathsep.join(path)
+    sys.stdout.flush()
+    os.execv(want, [want, *sys.argv])
+
+
+_run_under_the_python_under_test()
+
+
 def require_torch():
     """Imports torch; without it, skips (exit 77, saying why) unless CI=true or
     SLURMDDP_TORCH_TESTS=required, where it fails."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError as e:
         required = os.environ.get("CI") == "true" or \
             os.environ.get("SLURMDDP_TORCH_TESTS") == "required"
         print(f"{'FAIL' if required else 'SKIP'}: torch cannot be imported by {sys.executable} "
               f"({e}); install Debian's python3-torch", file=sys.stderr)
         sys.exit(1 if required else SKIP)
+    import slurmddp
+    where = os.path.dirname(os.path.realpath(slurmddp.__file__))
+    build = os.environ.get("SLURMDDP_BUILD_PYTHONPATH", "")
+    if os.environ.get("SLURMDDP_TEST_PYTHON") and build and \
+            where.startswith(os.path.realpath(build) + os.sep):
+        print(f"FAIL: SLURMDDP_TEST_PYTHON={sys.executable} imports slurmddp from the build tree "
+              f"({where}), not its own install", file=sys.stderr)
+        sys.exit(1)
+    print(f"python {sys.executable}: torch {torch.__version__}, slurmddp {slurmddp.__version__} "
+          f"from {where}", file=sys.stderr)
 
 
 def torch_store_client(host, port, world, timeout):

@@ -131,12 +131,46 @@ int system_test_main(int argc, char** argv, bool with_cluster) {
   return RUN_ALL_TESTS();
 }
 
+// Note [The Python under test]
+//   The PyTorch tests run in two environments: Debian's python3-torch with the
+//   package from the build tree (PYTHONPATH, the Debian lanes), and a venv with
+//   the newest torch from PyPI into which the checkout was pip-installed
+//   (SLURMDDP_TEST_PYTHON, the PyPI lane: scripts/pypi-venv). There the build's
+//   package must not be on PYTHONPATH, or the pip install would go untested.
+std::string python() {
+  std::string p = env_or_empty("SLURMDDP_TEST_PYTHON");
+  return p.empty() ? "/usr/bin/python3" : p;
+}
+
+std::string with_package() {
+  if (!env_or_empty("SLURMDDP_TEST_PYTHON").empty()) return "";
+  return "PYTHONPATH='" + env_or_empty("SLURMDDP_PYTHONPATH") + "' ";
+}
+
+std::string export_package() {
+  if (!env_or_empty("SLURMDDP_TEST_PYTHON").empty()) return "";
+  return "PYTHONPATH=" + env_or_empty("SLURMDDP_PYTHONPATH") + ",";
+}
+
+std::string with_python_on_path() {
+  const std::string p = env_or_empty("SLURMDDP_TEST_PYTHON");
+  if (p.empty()) return "";
+  return "PATH='" + p.substr(0, p.rfind('/')) + "':\"$PATH\" ";
+}
+
+bool python_package_available() {
+  return !env_or_empty("SLURMDDP_TEST_PYTHON").empty() ||
+         !env_or_empty("SLURMDDP_PYTHONPATH").empty();
+}
+
 bool torch_lacks_libuv() {
   static const bool lacks = [] {
     Result r = run(
-        "/usr/bin/python3 -c 'import datetime, torch.distributed as d\n"
-        "try:\n    d.TCPStore(\"127.0.0.1\", 0, 1, True, timeout=datetime.timedelta(seconds=30))\n"
-        "except RuntimeError as e:\n    print(\"lacks-libuv\" if \"libuv\" in str(e) else e)'",
+        python() +
+            " -c 'import datetime, torch.distributed as d\n"
+            "try:\n    d.TCPStore(\"127.0.0.1\", 0, 1, True, "
+            "timeout=datetime.timedelta(seconds=30))\n"
+            "except RuntimeError as e:\n    print(\"lacks-libuv\" if \"libuv\" in str(e) else e)'",
         std::chrono::seconds(60), "/");
     return r.out.find("lacks-libuv") != std::string::npos;
   }();

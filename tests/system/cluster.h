@@ -87,7 +87,23 @@ std::set<std::string> captures(const std::string& text, const std::string& patte
 // Every node's state letter from sinfo, e.g. {"n1": "idle", "n2": "idle"}.
 std::map<std::string, std::string> node_states();
 
-// Whether /usr/bin/python3's torch asks for its libuv TCPStore backend by
+// The Python of the PyTorch tests' tasks (Note [The Python under test] in
+// cluster.cpp): SLURMDDP_TEST_PYTHON (the PyPI lane's venv, slurm-ddp installed
+// into it with pip), else Debian's /usr/bin/python3 with the build's package.
+std::string python();
+// A command prefix that gives python() the package: "PYTHONPATH='<build's
+// package>' " for Debian's python3, "" for SLURMDDP_TEST_PYTHON (its own).
+std::string with_package();
+// The package for the tasks of an sbatch job: "PYTHONPATH=...," or "".
+std::string export_package();
+// A command prefix that puts python()'s directory first on PATH, as an
+// activated venv does (torchrun, and python3 in job scripts); "" for Debian's.
+std::string with_python_on_path();
+// Whether the Python package can be tested: the build made it, or
+// SLURMDDP_TEST_PYTHON has it.
+bool python_package_available();
+
+// Whether python()'s torch asks for its libuv TCPStore backend by
 // default but was built without it (Debian 13's torch 2.6): its env:// then
 // needs USE_LIBUV=0 and its torchrun cannot start at all. The cluster environment
 // exports USE_LIBUV=0 to every test's jobs where so, as docs/python.md tells users

@@ -23,7 +23,7 @@ std::string probe() {
   return env_or_empty("SLURMDDP_RUNTIME_PROBE");
 }
 std::string progress_rank() {
-  return "/usr/bin/python3 '" + source_dir() + "/tests/python/progress_rank.py'";
+  return python() + " '" + source_dir() + "/tests/python/progress_rank.py'";
 }
 
 // srun in the background, stderr and stdout on one pipe (the reports are
@@ -132,14 +132,10 @@ TEST(HangReport, CxxScancelWithTheReportSignalPrintsOneReportAndTrainingGoesOn) 
   EXPECT_EQ(hosts(out, "runtime rank=").size(), 4u) << "training did not go on:\n" << out;
 }
 
-std::string with_package() {
-  return "PYTHONPATH='" + env_or_empty("SLURMDDP_PYTHONPATH") + "' ";
-}
-
 // The Python package is built with the extension (meson's python option).
 #define REQUIRE_PACKAGE()                                                          \
   do {                                                                             \
-    if (env_or_empty("SLURMDDP_PYTHONPATH").empty()) {                             \
+    if (!python_package_available()) {                                             \
       if (system_tests_required()) FAIL() << "the Python package was not built";   \
       GTEST_SKIP() << "the Python package was not built (meson -Dpython=enabled)"; \
     }                                                                              \
@@ -169,9 +165,10 @@ TEST(HangReport, PyTorchASlowDataLoaderIsNamedWithItsNodeLineAndStack) {
 TEST(HangReport, PyTorchScancelWithTheReportSignalPrintsOneReport) {
   REQUIRE_CLUSTER();
   REQUIRE_PACKAGE();
+  std::map<std::string, std::string> env{{"SLURMDDP_HANG_AFTER", "0"}};
+  if (!with_package().empty()) env["PYTHONPATH"] = env_or_empty("SLURMDDP_PYTHONPATH");
   auto srun = start_srun(
-      "-J sddp-report-py -N 2 -n 4 --ntasks-per-node=2 " + progress_rank() + " compute 1000",
-      {{"PYTHONPATH", env_or_empty("SLURMDDP_PYTHONPATH")}, {"SLURMDDP_HANG_AFTER", "0"}});
+      "-J sddp-report-py -N 2 -n 4 --ntasks-per-node=2 " + progress_rank() + " compute 1000", env);
   std::string out;
   for (int i = 0; i < 4; ++i) out += read_until(*srun, " training", 120s);
   ASSERT_EQ(captures(out, R"((rank \d training))").size(), 4u) << out;

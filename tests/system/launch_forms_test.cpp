@@ -21,21 +21,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// torchrun of a torch that asks for libuv but was built without it (Debian 13's
-// 2.6) cannot start: its rendezvous (agent and workers) creates TCPStores that
-// ignore USE_LIBUV. On such a torch a torchrun test checks that failure, the
-// one docs/python.md documents, instead of a training that cannot happen; the
-// direct launch (srun runs every rank) is tested everywhere.
-bool torchrun_cannot_start(const Result& r) {
-  if (!torch_lacks_libuv()) return false;
-  std::printf("torch without libuv: torchrun cannot start; checking its failure instead\n");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_FALSE(r.timed_out);
-  EXPECT_THAT(r.out + r.err,
-              HasSubstr("use_libuv was requested but PyTorch was build without libuv"));
-  return true;
-}
-
 std::string probe() {
   return probe_path();
 }
@@ -137,71 +122,6 @@ TEST(LaunchForms, HeterogeneousStepIsOneWorld) {
     ++sources[l.at("source")];
   }
   EXPECT_EQ(sources, (std::map<std::string, int>{{"plugin", 4}, {"slurm", 4}}));
-}
-
-TEST(LaunchForms, TorchrunInsideSrunNeedsNoFlags) {
-  REQUIRE_CLUSTER();
-  // --redirects/--tee 1: Debian's torch 1.13 torchrun cannot parse its own
-  // default "0" under Python 3.11 (IntFlag iteration skips the zero member).
-  Result r =
-      run("srun -N 2 --ntasks-per-node=1 --gres=gpu:2 --ddp-launcher=torchrun "
-          "torchrun --redirects 1 --tee 1 '" +
-              source_dir() + "/tests/system/torch_allreduce.py'",
-          std::chrono::seconds(180));
-  if (torchrun_cannot_start(r)) return;
-  ASSERT_EQ(r.rc, 0) << r.out << r.err;
-  std::set<std::string> lines;
-  std::istringstream in(r.out);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto at = line.find("torch rank=");
-    if (at != std::string::npos) lines.insert(line.substr(at));
-  }
-  EXPECT_EQ(lines,
-            (std::set<std::string>{"torch rank=0 world=4 sum=10", "torch rank=1 world=4 sum=10",
-                                   "torch rank=2 world=4 sum=10", "torch rank=3 world=4 sum=10"}));
-}
-
-// examples/pytorch/torchrun.sbatch as a user submits it (one epoch, two
-// workers per node): one torchrun per node, the PyTorch DDP example in each.
-TEST(LaunchForms, TorchrunSbatchExampleTrains) {
-  REQUIRE_CLUSTER();
-  std::string dir = fresh_dir("torchrun-sbatch");
-  Result r = run("EPOCHS=1 sbatch --wait --gres=gpu:2 -o " + dir + "/out.txt torchrun.sbatch",
-                 std::chrono::seconds(300), source_dir() + "/examples/pytorch");
-  std::ifstream in(dir + "/out.txt");
-  std::stringstream text;
-  text << in.rdbuf();
-  if (torchrun_cannot_start(Result{r.rc, text.str(), r.err, r.timed_out})) return;
-  ASSERT_EQ(r.rc, 0) << r.out << r.err << text.str();
-  std::set<std::string> ranks;
-  std::string line;
-  double accuracy = -1;
-  while (std::getline(text, line)) {
-    auto at = line.find("rank ");
-    if (at != std::string::npos && line.find("/4 on n") != std::string::npos) {
-      ranks.insert(line.substr(at, line.find(' ', at + 5) - at));
-      EXPECT_THAT(line, HasSubstr("MASTER_ADDR=10.77.0.11"));
-    }
-    auto acc = line.find("test accuracy ");
-    if (acc != std::string::npos) accuracy = std::stod(line.substr(acc + 14));
-  }
-  EXPECT_EQ(ranks, (std::set<std::string>{"rank 0/4", "rank 1/4", "rank 2/4", "rank 3/4"}));
-  EXPECT_GE(accuracy, 80.0) << "one epoch of the MLP on Fashion-MNIST";
-}
-
-TEST(LaunchForms, RuntimeUnderTorchrunsStaticRendezvousFailsFastAndClearly) {
-  REQUIRE_CLUSTER();
-  Result r =
-      run("srun -N 2 --ntasks-per-node=1 --gres=gpu:2 --ddp-launcher=torchrun "
-          "torchrun --redirects 1 --tee 1 --no_python " +
-              runtime_probe(),
-          std::chrono::seconds(120));
-  if (torchrun_cannot_start(r)) return;
-  EXPECT_NE(r.rc, 0);
-  EXPECT_FALSE(r.timed_out);
-  EXPECT_THAT(r.out + r.err, HasSubstr("TORCHELASTIC_USE_AGENT_STORE=True"));
-  EXPECT_TRUE(ok_ranks(r).empty());
 }
 
 TEST(LaunchForms, TorchrunLauncherWithTwoTasksPerNodeIsAClearError) {

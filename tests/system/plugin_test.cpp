@@ -375,40 +375,6 @@ TEST(PluginSystem, VerbosePrintsTheRendezvousOnceWithoutTheToken) {
   EXPECT_THAT(r.err, HasSubstr("token=set"));
 }
 
-// A torch built without libuv (Debian 13's 2.6) fails in env:// unless
-// USE_LIBUV=0, which docs/python.md tells its users to export (the cluster
-// environment does, for every test): the failure is torch's, and says so.
-TEST(PluginSystem, PytorchWithoutLibuvNeedsUseLibuv0ForEnvInit) {
-  REQUIRE_CLUSTER();
-  Result r = run("env -u USE_LIBUV srun -N 2 -n 2 /usr/bin/python3 '" + source_dir() +
-                     "/tests/system/torch_allreduce.py'",
-                 std::chrono::seconds(120));
-  if (torch_lacks_libuv()) {
-    EXPECT_NE(r.rc, 0);
-    EXPECT_THAT(r.err, HasSubstr("use_libuv was requested but PyTorch was build without libuv"));
-  } else {  // torch before 2.4 or built with libuv: nothing to set
-    EXPECT_EQ(r.rc, 0) << r.out << r.err;
-    EXPECT_THAT(r.out, HasSubstr("torch rank=1 world=2 sum=3"));
-  }
-}
-
-TEST(PluginSystem, PytorchInitProcessGroupJustWorks) {
-  REQUIRE_CLUSTER();
-  Result r =
-      run("srun -N 2 -n 4 /usr/bin/python3 '" + source_dir() + "/tests/system/torch_allreduce.py'",
-          std::chrono::seconds(120));
-  ASSERT_EQ(r.rc, 0) << r.out << r.err;
-  std::set<std::string> lines;
-  std::istringstream in(r.out);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("torch ", 0) == 0) lines.insert(line);
-  }
-  EXPECT_EQ(lines,
-            (std::set<std::string>{"torch rank=0 world=4 sum=10", "torch rank=1 world=4 sum=10",
-                                   "torch rank=2 world=4 sum=10", "torch rank=3 world=4 sum=10"}));
-}
-
 struct BadInput {
   const char* srun_args;
   const char* message;

@@ -1,4 +1,4 @@
-// The Python package on the real cluster (PYTHONPATH = the build's package):
+// The Python package on the real cluster (Note [The Python under test]):
 // examples/pytorch/train.py with init_method="slurmddp://" trains, all ranks
 // agree, and bit for bit with plain torch (env://, torch's sampler); a
 // stranger on another node knocking on the store's port is refused and
@@ -16,16 +16,13 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string with_package() {
-  return "PYTHONPATH='" + env_or_empty("SLURMDDP_PYTHONPATH") + "' ";
-}
 std::string rank_script() {
-  return "/usr/bin/python3 '" + source_dir() + "/tests/python/torch_rank.py'";
+  return python() + " '" + source_dir() + "/tests/python/torch_rank.py'";
 }
 
 TEST(PythonPackage, TrainsWithTheSlurmddpInitMethodLikePlainTorch) {
   REQUIRE_CLUSTER();
-  const std::string train = "srun -N 2 -n 4 /usr/bin/python3 '" + source_dir() +
+  const std::string train = "srun -N 2 -n 4 " + python() + " '" + source_dir() +
                             "/examples/pytorch/train.py' --epochs 1 --steps 120";
   Result ours = run(with_package() + train, std::chrono::seconds(300));
   ASSERT_EQ(ours.rc, 0) << ours.out << ours.err;

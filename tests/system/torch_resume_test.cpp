@@ -35,8 +35,7 @@ std::set<std::string> digests(const std::string& out) {
 
 // The package and the interpreter with torch, for the job's steps.
 std::string exports() {
-  return "--export=ALL,PYTHONPATH=" + env_or_empty("SLURMDDP_PYTHONPATH") +
-         ",PYTHON=/usr/bin/python3";
+  return "--export=ALL," + export_package() + "PYTHON=" + python();
 }
 
 // A job directory with train.py (the example) for the sbatch script.
@@ -143,8 +142,8 @@ TEST(TorchResumeSystem, AKilledRankAndADamagedCheckpointFallBackToTheLastGoodOne
       "--checkpoint-dir=checkpoints --checkpoint-every 100 --steps 250";
   const std::string ck = "checkpoints/job-$SLURM_JOB_ID/step-200/rank-1.ckpt";
   Result r = in_one_job(
-      dir, "export PYTHONPATH='" + env_or_empty("SLURMDDP_PYTHONPATH") +
-               "' PYTHON=/usr/bin/python3\n"
+      dir, "export " + with_package() + "PYTHON=" + python() +
+               "\n"
                // (the watcher gives up when the step ended first: nothing hangs)
                "(while [ ! -e killed.done ] && ! grep -q '^step 150$' killed.out 2>/dev/null; "
                "do sleep 0.05; done; [ -e killed.done ] || "

@@ -4,8 +4,9 @@
 // child process (torch_reference.py). If PyTorch cannot be imported the test
 // fails: parity that is not checked is not claimed.
 //
-// The interpreter is $SLURMDDP_TORCH_PYTHON when set, else the one the build
-// found (SLURMDDP_TEST_TORCH_PYTHON, set by meson); the script comes from
+// The interpreter is $SLURMDDP_TEST_PYTHON (the PyPI lane's) or
+// $SLURMDDP_TORCH_PYTHON when set, else the one the build found
+// (SLURMDDP_TEST_TORCH_PYTHON, set by meson); the script comes from
 // SLURMDDP_TEST_TORCH_SCRIPT.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -60,7 +61,10 @@ struct Reference {
 };
 
 ::testing::AssertionResult find_reference(Reference* ref) {
-  const char* user = std::getenv("SLURMDDP_TORCH_PYTHON");
+  // The PyPI lane's interpreter first (Note [The Python under test] in
+  // tests/system/cluster.cpp), then a user's choice.
+  const char* user = std::getenv("SLURMDDP_TEST_PYTHON");
+  if (user == nullptr || *user == '\0') user = std::getenv("SLURMDDP_TORCH_PYTHON");
   const char* built = std::getenv("SLURMDDP_TEST_TORCH_PYTHON");
   const char* script = std::getenv("SLURMDDP_TEST_TORCH_SCRIPT");
   if (user != nullptr && *user != '\0') {
