@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -45,10 +46,37 @@ std::string source_dir() {
   return env_or("SLURMDDP_SOURCE_DIR", "");
 }
 
+std::string cluster_dir() {
+  return env_or("SLURMDDP_CLUSTER_DIR", source_dir() + "/.cluster");
+}
+
 std::string jobs_dir() {
-  std::string dir = env_or("SLURMDDP_CLUSTER_DIR", source_dir() + "/.cluster") + "/jobs";
+  std::string dir = cluster_dir() + "/jobs";
   fs::create_directories(dir);
   return dir;
+}
+
+std::string node_address(const std::string& name) {
+  // Every node's hosts file lists every node (tests/cluster/slurm-cluster).
+  std::ifstream hosts(cluster_dir() + "/etc/hosts.n1");
+  std::string line;
+  while (std::getline(hosts, line)) {
+    std::istringstream words(line);
+    std::string addr, host;
+    if (words >> addr >> host && host == name && addr.rfind("127.", 0) != 0) return addr;
+  }
+  ADD_FAILURE() << "no address of " << name << " in " << cluster_dir() << "/etc/hosts.n1";
+  return "<no address of " + name + ">";
+}
+
+std::string network_prefix() {
+  const std::string k = env_or("SLURMDDP_CLUSTER_INSTANCE", "0");
+  return k == "0" ? "sddp" : "sddp" + k;
+}
+
+std::string network_of(const std::string& name) {
+  const std::string addr = node_address(name);
+  return addr.substr(0, addr.rfind('.')) + ".0/24";
 }
 
 std::string fresh_dir(const std::string& name) {
@@ -185,9 +213,7 @@ void ClusterEnvironment::SetUp() {
     g_why = "the test cluster did not start: " + up.err;
     FAIL() << g_why;
   }
-  setenv("SLURM_CONF",
-         (env_or("SLURMDDP_CLUSTER_DIR", source_dir() + "/.cluster") + "/etc/slurm.conf").c_str(),
-         1);
+  setenv("SLURM_CONF", (cluster_dir() + "/etc/slurm.conf").c_str(), 1);
   // What a user of a torch without libuv must do for env:// (docs/python.md).
   if (torch_lacks_libuv()) setenv("USE_LIBUV", "0", 1);
   // Jobs left over from an interrupted run would hold the nodes.

@@ -31,8 +31,16 @@ std::string harness_path();  // SLURMDDP_CLUSTER_SCRIPT
 std::string probe_path();    // SLURMDDP_PROBE
 std::string source_dir();    // SLURMDDP_SOURCE_DIR
 std::string env_or_empty(const char* name);
+std::string cluster_dir();                       // SLURMDDP_CLUSTER_DIR, default <source>/.cluster
 std::string jobs_dir();                          // a directory every node sees, for job output
 std::string fresh_dir(const std::string& name);  // a new empty dir under jobs_dir()
+// A node's address in this cluster ("n1": its first network's, "n1-ib": its
+// second's), which depends on SLURMDDP_CLUSTER_INSTANCE; and its /24 network.
+std::string node_address(const std::string& name);
+// The prefix of this instance's bridges and network namespaces ("sddp",
+// "sddp<k>"): tests/cluster/slurm-cluster's rule.
+std::string network_prefix();
+std::string network_of(const std::string& name);
 
 // Whether a system test that cannot run must fail instead of skipping: with
 // CI=true in the environment, or SLURMDDP_SYSTEM_TESTS=required (meson

@@ -69,9 +69,12 @@ std::map<std::string, pid_t> daemon_pids(const std::string& text) {
 
 TEST(Demo, FreshCloneRunsTheReadmeMainJob) {
   ASSERT_FALSE(build_dir().empty());
-  Result busy = run("ip netns list | grep -w sddp-n1", std::chrono::seconds(10), "/");
-  ASSERT_NE(busy.rc, 0) << "a test cluster is already running (network namespace sddp-n1); the "
-                           "demo starts its own: stop the other one first (slurm-cluster down)";
+  // The demo's cluster takes this test's instance (SLURMDDP_CLUSTER_INSTANCE).
+  const std::string ns = network_prefix() + "-n1";
+  Result busy = run("ip netns list | grep -w " + ns, std::chrono::seconds(10), "/");
+  ASSERT_NE(busy.rc, 0) << "a test cluster is already running (network namespace " << ns
+                        << "); the demo starts its own: stop the other one first "
+                           "(slurm-cluster down)";
 
   // A scratch directory outside the checkout, like a newcomer's clone.
   char tmpl[] = "/tmp/slurmddp-demo-XXXXXX";
@@ -134,8 +137,9 @@ TEST(Demo, FreshCloneRunsTheReadmeMainJob) {
     EXPECT_FALSE(alive(pid)) << name << " (pid " << pid << ") still runs after the demo";
   }
   EXPECT_THAT(processes_mentioning(clone + "/.cluster"), ::testing::IsEmpty());
-  Result ns = run("ip netns list | grep sddp- || true", std::chrono::seconds(10), "/");
-  EXPECT_EQ(ns.out, "") << "network namespaces left behind";
+  Result left = run("ip netns list | grep '^" + network_prefix() + "-' || true",
+                    std::chrono::seconds(10), "/");
+  EXPECT_EQ(left.out, "") << "network namespaces left behind";
   EXPECT_THAT(all, HasSubstr("slurm-cluster: down"));
 
   if (!HasFailure()) fs::remove_all(scratch);

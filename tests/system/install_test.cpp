@@ -229,7 +229,7 @@ TEST_F(Staged, PluginThroughStagedSnippetAndPkgConfigConsumerRunInAStep) {
     ports.insert(t.at("MASTER_PORT"));
   }
   EXPECT_EQ(ranks.size(), 8u);
-  EXPECT_EQ(addrs, (std::set<std::string>{"10.77.0.11"}));
+  EXPECT_EQ(addrs, (std::set<std::string>{node_address("n1")}));
   EXPECT_EQ(ports.size(), 1u);
   // the consumer: identity from the plugin's variables, and the sampler's shard
   // of 20 samples without shuffle: rank r gets r, r+8, (r+16 or padding)

@@ -99,7 +99,7 @@ TEST(PluginSystem, EightTasksOnTwoNodesGetTheTorchrunContract) {
     local_ranks_by_host[t.at("host")].insert(std::stoi(t.at("LOCAL_RANK")));
   }
   EXPECT_EQ(master_addr, rank0_ip);
-  EXPECT_EQ(master_addr, "10.77.0.11");  // n1's eth0, not the 127.0.1.1 in its /etc/hosts
+  EXPECT_EQ(master_addr, node_address("n1"));  // n1's eth0, not the 127.0.1.1 in its /etc/hosts
   ASSERT_EQ(local_ranks_by_host.size(), 2u);
   for (const auto& [host, ranks] : local_ranks_by_host) {
     EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3})) << host;
@@ -152,7 +152,7 @@ TEST(PluginSystem, ArbitraryDistributionHonoursAnExplicitAddr) {
       probe_step("-n 4 -m arbitrary --ddp-addr=n2", nullptr, "SLURM_HOSTFILE=" + dir + "/hosts ");
   ASSERT_EQ(tasks.size(), 4u);
   EXPECT_EQ(tasks[0].at("host"), "n2");
-  for (const auto& t : tasks) EXPECT_EQ(t.at("MASTER_ADDR"), "10.77.0.12");
+  for (const auto& t : tasks) EXPECT_EQ(t.at("MASTER_ADDR"), node_address("n2"));
 }
 
 // Two steps of one allocation running at the same time: each probe waits until
@@ -323,7 +323,7 @@ TEST(PluginSystem, IfnameExportsSocketVariables) {
   for (const auto& t : tasks) {
     EXPECT_EQ(t.at("NCCL_SOCKET_IFNAME"), "eth0");
     EXPECT_EQ(t.at("GLOO_SOCKET_IFNAME"), "eth0");
-    EXPECT_EQ(t.at("MASTER_ADDR"), "10.77.0.11");
+    EXPECT_EQ(t.at("MASTER_ADDR"), node_address("n1"));
   }
   Result r = run("srun --kill-on-bad-exit=0 -N 2 -n 2 --ddp-ifname=ib7 " + probe());
   EXPECT_NE(r.rc, 0);
@@ -334,22 +334,26 @@ TEST(PluginSystem, MultiHomedNodesChooseTheRendezvousNetwork) {
   REQUIRE_CLUSTER();
   {
     PlugstackArgs args("hostname_suffix=-ib");
-    for (const auto& t : probe_step("-N 2 -n 2")) EXPECT_EQ(t.at("MASTER_ADDR"), "10.78.0.11");
+    for (const auto& t : probe_step("-N 2 -n 2"))
+      EXPECT_EQ(t.at("MASTER_ADDR"), node_address("n1-ib"));
   }
   {
-    // n1 resolves to 127.0.1.1 and 10.77.0.11 on n1 (its own name maps to
-    // 127.0.1.1 there), to 10.77.0.11 on n2: nothing in 10.78.0.0/24. Both
+    // n1 resolves to 127.0.1.1 and its address on n1 (its own name maps to
+    // 127.0.1.1 there), to its address on n2: nothing in the -ib network. Both
     // nodes refuse the step (Slurm must not end it at the first, or both
     // messages can be lost on their way to srun); either node's view matches.
-    PlugstackArgs args("network=10.78.0.0/24");
+    PlugstackArgs args("network=" + network_of("n1-ib"));
     Result r = run("srun --kill-on-bad-exit=0 -N 2 -n 2 " + probe());
     EXPECT_NE(r.rc, 0);
-    EXPECT_THAT(r.err, HasSubstr("host 'n1' has no address in network 10.78.0.0/24"));
-    EXPECT_THAT(r.err, ::testing::ContainsRegex("resolved=(127\\.0\\.1\\.1,)?10\\.77\\.0\\.11 "));
+    EXPECT_THAT(r.err, HasSubstr("host 'n1' has no address in network " + network_of("n1-ib")));
+    const std::string n1 = node_address("n1");
+    EXPECT_THAT(r.err, ::testing::AnyOf(HasSubstr("resolved=127.0.1.1," + n1 + " "),
+                                        HasSubstr("resolved=" + n1 + " ")));
   }
   {
-    PlugstackArgs args("hostname_suffix=-ib network=10.78.0.0/24");
-    for (const auto& t : probe_step("-N 2 -n 2")) EXPECT_EQ(t.at("MASTER_ADDR"), "10.78.0.11");
+    PlugstackArgs args("hostname_suffix=-ib network=" + network_of("n1-ib"));
+    for (const auto& t : probe_step("-N 2 -n 2"))
+      EXPECT_EQ(t.at("MASTER_ADDR"), node_address("n1-ib"));
   }
 }
 
@@ -371,7 +375,7 @@ TEST(PluginSystem, VerbosePrintsTheRendezvousOnceWithoutTheToken) {
   size_t first = r.err.find("slurm-ddp: step ");
   ASSERT_NE(first, std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("slurm-ddp: step ", first + 1), std::string::npos) << "printed twice";
-  EXPECT_THAT(r.err, HasSubstr("MASTER_ADDR=10.77.0.11"));
+  EXPECT_THAT(r.err, HasSubstr("MASTER_ADDR=" + node_address("n1")));
   EXPECT_THAT(r.err, HasSubstr("token=set"));
 }
 

@@ -117,7 +117,7 @@ TEST(TorchLaunch, TorchrunSbatchExampleTrains) {
     auto at = line.find("rank ");
     if (at != std::string::npos && line.find("/4 on n") != std::string::npos) {
       ranks.insert(line.substr(at, line.find(' ', at + 5) - at));
-      EXPECT_THAT(line, HasSubstr("MASTER_ADDR=10.77.0.11"));
+      EXPECT_THAT(line, HasSubstr("MASTER_ADDR=" + node_address("n1")));
     }
     auto acc = line.find("test accuracy ");
     if (acc != std::string::npos) accuracy = std::stod(line.substr(acc + 14));
