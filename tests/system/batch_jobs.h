@@ -4,13 +4,17 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cluster.h"
 
@@ -96,6 +100,64 @@ inline bool bring_time_limit_close(const std::string& id) {
   if (ran < 0) return false;
   // Slurm keeps time limits in whole minutes.
   return run("scontrol update JobId=" + id + " TimeLimit=" + std::to_string(ran / 60 + 2)).rc == 0;
+}
+
+// The pids of the processes whose working directory is `dir` and whose
+// command line starts with `what` (a job's ranks, not the srun that started
+// them: every test job has its own directory, on any of the clusters running
+// side by side).
+inline std::vector<int> pids_in(const std::string& dir, const std::string& what) {
+  std::vector<int> pids;
+  std::error_code ec;
+  const auto want = std::filesystem::canonical(dir, ec);
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code ignored;
+    if (std::filesystem::read_symlink(e.path() / "cwd", ignored) != want) continue;
+    std::string cmdline = slurp(e.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.rfind(what, 0) == 0) pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
+// Whether `signal` reached process `pid` since it was stopped: pending on it,
+// or the process is running again (slurmstepd continues a stopped task when
+// it signals it) or gone (its /proc status).
+inline bool signal_reached(int pid, int signal) {
+  const std::string status = slurp("/proc/" + std::to_string(pid) + "/status");
+  if (status.find("\nState:\tT") == std::string::npos) return true;
+  for (const char* field : {"\nSigPnd:\t", "\nShdPnd:\t"}) {
+    const auto at = status.find(field);
+    if (at == std::string::npos) continue;
+    const unsigned long long mask = std::stoull(status.substr(at + 9, 16), nullptr, 16);
+    if ((mask >> (signal - 1) & 1ULL) != 0) return true;
+  }
+  return false;
+}
+
+// Note [Holding ranks for a signal]
+//   Slurm sends a time-limit warning at one of its periodic checks, up to 30 s
+//   after the limit was brought close; a fast torch (2.15 from PyPI) ends the
+//   example's 4 epochs in about 20 s, before the warning. So the ranks are
+//   stopped (SIGSTOP, which changes nothing they compute), then `cause` runs
+//   (e.g. bring_time_limit_close), and they are continued once `signal` reached
+//   every one of them (slurmstepd sends SIGCONT with it): they take the warning
+//   at the step they were in, whatever the speed. False when there were no
+//   ranks, `cause` failed or the signal did not come within `limit`.
+template <typename F>
+bool hold_until_pending(const std::string& dir, const std::string& what, int signal,
+                        std::chrono::seconds limit, F cause) {
+  const std::vector<int> ranks = pids_in(dir, what);
+  if (ranks.empty()) return false;
+  for (int pid : ranks) ::kill(pid, SIGSTOP);
+  const bool all = cause() && poll_until(limit, [&] {
+                     return std::all_of(ranks.begin(), ranks.end(),
+                                        [&](int pid) { return signal_reached(pid, signal); });
+                   });
+  for (int pid : ranks) ::kill(pid, SIGCONT);
+  return all;
 }
 
 // How many times `needle` occurs in `text`.

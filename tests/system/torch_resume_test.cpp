@@ -102,9 +102,10 @@ TEST(TorchResumeSystem, ScancelSignalMidEpochRequeuesAndResumesBitIdentical) {
 // The job's time limit approaching, as Slurm tells it: submitted with a
 // 10-minute limit and --signal=USR1@120; once it trains (step 100: the ranks'
 // handlers are in), its limit is brought within 120 s (bring_time_limit_close),
-// so Slurm's own warning comes at its next time-limit check. The training
-// stops, requeues itself, gets its 10 minutes back when released, and ends
-// with the reference's parameters. (A short limit from the start, as
+// so Slurm's own warning comes at its next time-limit check, while the ranks
+// are held (Note [Holding ranks for a signal]). The training stops, requeues itself, gets its 10
+// minutes back when released, and ends with the reference's parameters. (A short limit from the
+// start, as
 // --time=1 --signal=USR1@59, lets the warning come in the first seconds of the
 // job, up to 30 s early by Slurm's resolution, before the step or the ranks'
 // handlers exist: lost, or ending the ranks by the signal's default action.)
@@ -116,7 +117,12 @@ TEST(TorchResumeSystem, TimeLimitWarningStopsRequeuesAndResumesBitIdentical) {
   ASSERT_TRUE(poll_until(std::chrono::seconds(180), [&] {
     return slurp(dir + "/out.txt").find("\nstep 100\n") != std::string::npos;
   })) << slurp(dir + "/out.txt");
-  ASSERT_TRUE(bring_time_limit_close(id)) << "scontrol update TimeLimit of job " << id;
+  // Note [Holding ranks for a signal] (batch_jobs.h)
+  ASSERT_TRUE(hold_until_pending(dir, python() + " train.py", SIGUSR1, std::chrono::seconds(90),
+                                 [&] { return bring_time_limit_close(id); }))
+      << "the time limit of job " << id << " was not brought close, or its warning did not "
+      << "reach the ranks within 90 s\n"
+      << slurp(dir + "/out.txt");
   release_after_requeue(id, dir, "rank 0: stopped after step", "TimeLimit=10");
   ASSERT_TRUE(poll_until(std::chrono::seconds(400), [&] {
     return finished(id) && slurp(dir + "/out.txt").find("run 1 of job") != std::string::npos;
