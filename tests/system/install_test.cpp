@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "cluster.h"
+#include "consumer.h"
 
 namespace slurmddp::systest {
 namespace {
@@ -160,26 +161,6 @@ class StagedPlugstack {
   std::string cluster_conf_, plugstack_, saved_;
 };
 
-const char* const kConsumer = R"(// includes every public header (added below)
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-int main() {
-  const slurmddp::ProcessIdentity id = slurmddp::identity_from_environment();
-  slurmddp::SamplerOptions o;
-  o.shuffle = false;
-  slurmddp::DistributedSampler sampler(20, id.world_size, id.rank, o);
-  std::vector<long long> idx;
-  for (int64_t i : sampler) idx.push_back(i);
-  std::printf("consumer rank=%d world=%d local_rank=%d local_world=%d node_rank=%d indices=",
-              id.rank, id.world_size, id.local_rank, id.local_world_size, id.node_rank);
-  for (size_t i = 0; i < idx.size(); ++i) std::printf("%s%lld", i ? "," : "", idx[i]);
-  std::printf("\n");
-  return 0;
-}
-)";
-
 TEST_F(Staged, PluginThroughStagedSnippetAndPkgConfigConsumerRunInAStep) {
   REQUIRE_CLUSTER();
   ASSERT_EQ(install_.rc, 0) << install_.out << install_.err;
@@ -188,14 +169,12 @@ TEST_F(Staged, PluginThroughStagedSnippetAndPkgConfigConsumerRunInAStep) {
 
   // the consumer: every installed public header, then main()
   std::string dir = fresh_dir("consumer");
-  std::string includes;
   std::vector<std::string> headers;
   for (const auto& e : fs::directory_iterator(staged(incdir)))
     headers.push_back(e.path().filename());
   std::sort(headers.begin(), headers.end());
-  for (const auto& h : headers) includes += "#include <slurmddp/" + h + ">\n";
   ASSERT_GE(headers.size(), 5u);
-  std::ofstream(dir + "/consumer.cpp") << includes << kConsumer;
+  std::ofstream(dir + "/consumer.cpp") << consumer_source(headers);
   const std::string pc = "PKG_CONFIG_SYSROOT_DIR='" + stage_ + "' PKG_CONFIG_LIBDIR='" +
                          staged(libdir) + "/pkgconfig' pkg-config";
   Result flags = run(pc + " --cflags --libs slurmddp", std::chrono::seconds(30), dir);
@@ -232,20 +211,7 @@ TEST_F(Staged, PluginThroughStagedSnippetAndPkgConfigConsumerRunInAStep) {
   EXPECT_EQ(addrs, (std::set<std::string>{node_address("n1")}));
   EXPECT_EQ(ports.size(), 1u);
   // the consumer: identity from the plugin's variables, and the sampler's shard
-  // of 20 samples without shuffle: rank r gets r, r+8, (r+16 or padding)
-  auto consumers = parse_lines(r.out, "consumer ");
-  ASSERT_EQ(consumers.size(), 8u) << r.out;
-  std::multiset<std::string> all_indices;
-  for (const auto& c : consumers) {
-    const int rank = std::stoi(c.at("rank"));
-    EXPECT_EQ(c.at("world"), "8");
-    EXPECT_EQ(c.at("local_world"), "4");
-    EXPECT_EQ(c.at("local_rank"), std::to_string(rank % 4));
-    EXPECT_EQ(c.at("node_rank"), std::to_string(rank / 4));
-    const int third = rank + 16 < 20 ? rank + 16 : rank + 16 - 20;  // torch pads from the start
-    EXPECT_EQ(c.at("indices"),
-              std::to_string(rank) + "," + std::to_string(rank + 8) + "," + std::to_string(third));
-  }
+  expect_consumer_lines(r, 8, 4);
   EXPECT_THAT(r.err, HasSubstr("slurm-ddp"))
       << "--ddp-verbose printed nothing: was the plugin loaded?";
   if (!HasFailure()) fs::remove_all(dir);
