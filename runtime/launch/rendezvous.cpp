@@ -140,6 +140,7 @@ StepPlan plan_step(const Settings& s, const StepFacts& f, const NetworkView& net
   p.ifname = s.ifname;
   p.bind_gpu = s.bind_gpu;
   p.threads = s.threads;
+  p.nccl_ifname = s.nccl_ifname;
   p.verbose = s.verbose;
   p.launcher = s.launcher;
   p.het_components = f.het_components;
@@ -315,8 +316,11 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
     set("NCCL_SOCKET_IFNAME", plan.ifname);
     set("GLOO_SOCKET_IFNAME", plan.ifname);
     set("SLURMDDP_IFNAME", plan.ifname);
-  } else if (!plan.route_ifname.empty()) {  // Note [GLOO_SOCKET_IFNAME]
+  } else if (!plan.route_ifname.empty()) {  // Note [Socket interfaces]
     env.push_back({"GLOO_SOCKET_IFNAME", plan.route_ifname, /*overwrite=*/false});
+    if (plan.nccl_ifname) {
+      env.push_back({"NCCL_SOCKET_IFNAME", plan.route_ifname, /*overwrite=*/false});
+    }
   }
   if (plan.verbose) set(kEnvVerbose, "1");
   return env;

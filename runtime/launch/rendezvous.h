@@ -126,6 +126,7 @@ struct StepPlan {
   std::string route_ifname;  // this node's interface toward MASTER_ADDR; empty if unknown
   bool bind_gpu = false;
   bool threads = true;  // export thread counts (Note [Thread counts])
+  bool nccl_ifname = true;  // NCCL_SOCKET_IFNAME toward MASTER_ADDR (Note [Socket interfaces])
   bool verbose = false;
   Launcher launcher = Launcher::kDirect;
   uint32_t het_components = 0;
@@ -176,13 +177,19 @@ struct EnvChange {
 // the plan (ranks in range; rank 0 on the first node when the plan assumes it;
 // on rank 0's node, MASTER_ADDR is one of its addresses).
 //
-// Note [GLOO_SOCKET_IFNAME]
+// Note [Socket interfaces]
 //   PyTorch's Gloo binds to whatever the node's hostname resolves to unless
 //   GLOO_SOCKET_IFNAME is set; on Debian-style hosts that is 127.0.1.1 and the
-//   other ranks' connections are refused. So each node exports the interface
-//   its route to MASTER_ADDR leaves through, unless the user set one already.
-//   NCCL_SOCKET_IFNAME is exported only with an explicit ifname: NCCL's own
-//   choice (InfiniBand first) is usually better than the rendezvous network.
+//   other ranks' connections are refused. NCCL's bootstrap and socket
+//   transport take the first interface by its own preference (ib*, then any
+//   but lo and docker*), which on multi-NIC nodes is often one the other
+//   nodes cannot reach (NVIDIA/nccl#913): a hang or "connection refused" at
+//   the first collective. So each node exports the interface its route to
+//   MASTER_ADDR leaves through, which the rendezvous just proved reachable,
+//   as both, unless the user or the container image set one already
+//   (overwrite=false). NCCL_SOCKET_IFNAME governs only NCCL's sockets, not its
+//   InfiniBand transport (NCCL_IB_HCA). The plugstack key nccl_ifname=no
+//   leaves NCCL's own choice. An explicit ifname sets all of them.
 std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t,
                                         const NetworkView& net = {});
 

@@ -25,6 +25,9 @@ const std::vector<KeyDoc>& plugstack_keys() {
       {"threads", "yes|no", "yes",
        "export OMP_NUM_THREADS and the BLAS libraries' thread variables from each task's CPUs, "
        "unless the user set them"},
+      {"nccl_ifname", "yes|no", "yes",
+       "export NCCL_SOCKET_IFNAME = each node's interface toward MASTER_ADDR, unless the user or "
+       "the container image set it (no: leave NCCL's own choice)"},
       {"verbose", "yes|no", "no", "print the resolved rendezvous once per step by default"},
       {"launcher", "direct|torchrun|master-only", "direct",
        "what each task is by default (--ddp-launcher): one rank (direct), one torchrun agent per "
@@ -107,6 +110,8 @@ PlugstackConfig parse_plugstack_args(const std::vector<std::string>& args) {
       c.bind_gpu = parse_on_off(key, value);
     } else if (key == "threads") {
       c.threads = parse_on_off(key, value);
+    } else if (key == "nccl_ifname") {
+      c.nccl_ifname = parse_on_off(key, value);
     } else if (key == "verbose") {
       c.verbose = parse_on_off(key, value);
     } else if (key == "launcher") {
@@ -169,6 +174,8 @@ Settings resolve_settings(const UserOptions& opts, const EnvLookup& env,
   s.threads = conf.threads;
   if (auto v = env(kEnvThreads)) s.threads = parse_bool(kEnvThreads, *v);
   if (opts.threads) s.threads = parse_yes_no_option("--ddp-threads", *opts.threads);
+
+  s.nccl_ifname = conf.nccl_ifname;
 
   s.verbose = conf.verbose;
   if (auto v = env(kEnvVerbose)) s.verbose = parse_bool(kEnvVerbose, *v);

@@ -49,6 +49,7 @@ struct PlugstackConfig {
   std::string ifname;                        // ifname=ib0
   bool bind_gpu = false;                     // bind_gpu=yes|no
   bool threads = true;                       // threads=yes|no
+  bool nccl_ifname = true;                   // nccl_ifname=yes|no
   bool verbose = false;                      // verbose=yes|no
   Launcher launcher = Launcher::kDirect;     // launcher=direct|torchrun|master-only
 };
@@ -99,6 +100,7 @@ struct Settings {
   PortRange port_range = kDefaultPortRange;
   bool bind_gpu = false;
   bool threads = true;  // export thread counts (Note [Thread counts], threads.h)
+  bool nccl_ifname = true;  // NCCL_SOCKET_IFNAME toward MASTER_ADDR (Note [Socket interfaces])
   bool verbose = false;
   Launcher launcher = Launcher::kDirect;
 };

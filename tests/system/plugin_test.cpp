@@ -330,6 +330,35 @@ TEST(PluginSystem, IfnameExportsSocketVariables) {
   EXPECT_THAT(r.err, HasSubstr("interface 'ib7' has no IP address"));
 }
 
+// Note [Socket interfaces]: each node's interface toward MASTER_ADDR, on the
+// two-network cluster, for Gloo and NCCL alike, unless the user set one or
+// the admin said nccl_ifname=no.
+TEST(PluginSystem, SocketInterfacesFollowTheRendezvousNetwork) {
+  REQUIRE_CLUSTER();
+  for (const auto& t : probe_step("-N 2 -n 2")) {
+    EXPECT_EQ(t.at("NCCL_SOCKET_IFNAME"), "eth0");
+    EXPECT_EQ(t.at("GLOO_SOCKET_IFNAME"), "eth0");
+  }
+  {
+    PlugstackArgs args("hostname_suffix=-ib");
+    for (const auto& t : probe_step("-N 2 -n 2")) {
+      EXPECT_EQ(t.at("MASTER_ADDR"), node_address("n1-ib"));
+      EXPECT_EQ(t.at("NCCL_SOCKET_IFNAME"), "ib0") << t.at("host");
+      EXPECT_EQ(t.at("GLOO_SOCKET_IFNAME"), "ib0") << t.at("host");
+    }
+  }
+  for (const auto& t : probe_step("-N 2 -n 2", nullptr, "NCCL_SOCKET_IFNAME=^docker ")) {
+    EXPECT_EQ(t.at("NCCL_SOCKET_IFNAME"), "^docker");  // the user's own
+  }
+  {
+    PlugstackArgs args("nccl_ifname=no");
+    for (const auto& t : probe_step("-N 2 -n 2")) {
+      EXPECT_EQ(t.at("NCCL_SOCKET_IFNAME"), "<unset>");
+      EXPECT_EQ(t.at("GLOO_SOCKET_IFNAME"), "eth0");
+    }
+  }
+}
+
 TEST(PluginSystem, MultiHomedNodesChooseTheRendezvousNetwork) {
   REQUIRE_CLUSTER();
   {

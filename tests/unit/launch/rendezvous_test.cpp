@@ -394,13 +394,25 @@ TEST(TaskEnv, ExportsTheTorchrunContract) {
   EXPECT_EQ(env["MASTER_PORT"], std::to_string(p.port.port));
   EXPECT_EQ(env["SLURMDDP_STEP"], "42.0");
   EXPECT_EQ(env["SLURMDDP_LOCAL_DEVICE"], "1");
-  EXPECT_EQ(env.count("NCCL_SOCKET_IFNAME"), 0u);
   EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
-  // the interface toward MASTER_ADDR, without overwriting a user's choice
+  // the interface toward MASTER_ADDR, for Gloo and NCCL's sockets, without
+  // overwriting the user's or the image's choice (Note [Socket interfaces])
   EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth0");
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "eth0");
   for (const auto& c : task_environment(p, t, net.view())) {
-    EXPECT_EQ(c.overwrite, c.name != "GLOO_SOCKET_IFNAME") << c.name;
+    EXPECT_EQ(c.overwrite, c.name != "GLOO_SOCKET_IFNAME" && c.name != "NCCL_SOCKET_IFNAME")
+        << c.name;
   }
+}
+
+TEST(TaskEnv, NcclIfnameNoLeavesNcclsOwnChoice) {
+  auto net = net_on("10.77.0.12");
+  Settings s;
+  s.nccl_ifname = false;
+  StepPlan p = plan_step(s, facts(1), net.view());
+  auto env = as_map(task_environment(p, TaskFacts{}, net.view()));
+  EXPECT_EQ(env.count("NCCL_SOCKET_IFNAME"), 0u);
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth0");
 }
 
 TEST(TaskEnv, IfnameExportsSocketVariables) {

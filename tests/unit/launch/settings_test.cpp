@@ -59,7 +59,12 @@ TEST(Plugstack, EveryKey) {
   EXPECT_EQ(parse_plugstack_args({"launcher=torchrun"}).launcher, Launcher::kTorchrun);
   EXPECT_FALSE(parse_plugstack_args({"threads=no"}).threads);
   EXPECT_TRUE(parse_plugstack_args({"threads=no", "threads=yes"}).threads);
-  EXPECT_EQ(plugstack_keys().size(), 9u);
+  EXPECT_TRUE(parse_plugstack_args({}).nccl_ifname);
+  EXPECT_FALSE(parse_plugstack_args({"nccl_ifname=no"}).nccl_ifname);
+  EXPECT_FALSE(resolve_settings({}, [](const char*) { return std::optional<std::string>(); },
+                                parse_plugstack_args({"nccl_ifname=no"}))
+                   .nccl_ifname);
+  EXPECT_EQ(plugstack_keys().size(), 10u);
 }
 
 TEST(Plugstack, ThreadsKeyIsDocumented) {
