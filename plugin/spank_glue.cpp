@@ -71,6 +71,9 @@ struct Context {
   bool have_token = false;
   std::optional<launch::GpuList> node_gpus;  // the step's GPUs here, before per-task binding
   uint32_t online_cpus = 0;  // the node's, read once per node (glibc reads sysfs for it)
+  // The thread variables of the user's environment, as srun passed it
+  // (read in user_init, before any plugin's task_init changed it).
+  std::vector<std::pair<std::string, std::string>> user_thread_vars;
 };
 Context g;
 
@@ -185,6 +188,10 @@ void plan_remote(spank_t sp) {
     rank0_from_hostfile(f, remote_getenv(sp, "SLURM_HOSTFILE"));
   }
   g.node_gpus = launch::read_gpu_list(env);
+  // Note [Thread counts in containers] (threads.h)
+  for (const char* name : launch::kThreadVars) {
+    if (auto v = remote_getenv(sp, name)) g.user_thread_vars.emplace_back(name, *v);
+  }
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   g.online_cpus = online > 0 ? static_cast<uint32_t>(online) : 0;
   g.plan = launch::plan_step(s, f);
@@ -210,7 +217,12 @@ launch::ThreadPlan plan_task_threads(spank_t sp) {
   }
   f.online_cpus = g.online_cpus;
   f.local_task_count = g.plan->local_world_size;
-  f.env = [sp](const char* n) { return remote_getenv(sp, n); };
+  f.env = [](const char* n) -> std::optional<std::string> {
+    for (const auto& [name, value] : g.user_thread_vars) {
+      if (name == n) return value;
+    }
+    return std::nullopt;
+  };
   return launch::plan_threads(f);
 }
 
@@ -254,8 +266,13 @@ int apply_remote(spank_t sp) {
   if (g.plan->threads) threads = plan_task_threads(sp);
   if (threads) {
     const std::string count = std::to_string(threads->threads);
-    // overwrite=0: a value set meanwhile stands
-    for (const auto& name : threads->set) (void)spank_setenv(sp, name.c_str(), count.c_str(), 0);
+    // overwrite: a value set since user_init is a container's or a hook's, not
+    // the user's; the user's own goes back over it (Note [Thread counts in
+    // containers])
+    for (const auto& name : threads->set) (void)spank_setenv(sp, name.c_str(), count.c_str(), 1);
+    for (const auto& [name, value] : g.user_thread_vars) {
+      (void)spank_setenv(sp, name.c_str(), value.c_str(), 1);
+    }
     if (!threads->warning.empty() && t.global_rank == 0) {
       std::fprintf(stderr, "slurm-ddp: warning: %s\n", threads->warning.c_str());
     }

@@ -26,6 +26,14 @@
 //   option).
 //   A variable of kThreadVars that the user set is never changed (`kept`); the
 //   others are set to the count (`set`).
+//
+// Note [Thread counts in containers]
+//   "The user set it" means srun's environment had it: the plugin reads the
+//   thread variables in user_init, before any plugin's task_init ran, sets the
+//   others with overwrite and puts the user's own back. pyxis copies the container's environment
+//   into the task in its task_init, and enroot's PyTorch hook puts
+//   OMP_NUM_THREADS=1 there: without this the hook's 1 stood for every task,
+//   whatever -c gave it, in either plugin order.
 #pragma once
 
 #include <cstdint>
