@@ -37,6 +37,7 @@ import linecache
 import os
 import sys
 import threading
+import warnings
 import weakref
 from contextlib import contextmanager
 from datetime import timedelta
@@ -52,6 +53,28 @@ from . import _core
 __all__ = ["DistributedSampler", "Progress", "Store", "SCHEME", "settle_ddp"]
 
 SCHEME = "slurmddp"
+
+
+def _warn_if_the_master_changed() -> None:
+    """Note [A master changed after the plugin] (runtime/env/identity.cpp), for
+    env:// too: torch reads MASTER_ADDR/MASTER_PORT as they are."""
+    exported = os.environ.get("SLURMDDP_MASTER")
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not exported or addr is None or port is None or f"{addr}:{port}" == exported:
+        return
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return  # once a node
+    warnings.warn(
+        f"slurmddp: MASTER_ADDR:MASTER_PORT={addr}:{port} differs from {exported}, which "
+        f"slurm-ddp's plugin exported for step {os.environ.get('SLURMDDP_STEP', '?')}: set after "
+        f"the plugin ran (a container image's preset, or pyxis with enroot's PyTorch hook loaded "
+        f"after the plugin). init_method=\"slurmddp://\" uses {exported}; env:// uses "
+        f"{addr}:{port}, which enroot's hook gives every step of a job. Fix: load slurm-ddp's "
+        f"plugstack line after pyxis's, or srun --container-env=MASTER_ADDR,MASTER_PORT",
+        RuntimeWarning, stacklevel=3)
+
+
+_warn_if_the_master_changed()
 # torch.distributed's default process group timeout (30 minutes).
 _DEFAULT_TIMEOUT = timedelta(minutes=30)
 

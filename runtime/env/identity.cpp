@@ -114,24 +114,51 @@ std::string token_of(const EnvReader& env) {
       "SLURMDDP_ALLOW_OPEN=1 to accept a rendezvous that anyone who reaches it can join");
 }
 
-// Reports a MASTER_ADDR/MASTER_PORT that differs from the plugin's export
-// (SLURMDDP_MASTER): set after the plugin ran. The values in the environment
-// are used; they are the same on every rank when an image or a hook set them.
-void report_changed_master(const EnvReader& env, const ProcessIdentity& id) {
+// Note [A master changed after the plugin]
+//   The plugin exports MASTER_ADDR:MASTER_PORT twice: as torch reads them, and
+//   as SLURMDDP_MASTER. When they differ in a task, something set them after
+//   the plugin ran: a container image's preset, or pyxis loaded after the
+//   plugin copying enroot's PyTorch hook's values (MASTER_ADDR = the first
+//   host name, MASTER_PORT = job id % 4536 + 61000: the same for every step of
+//   a job, so two steps at once collide on it). The runtime then warns, on
+//   every node's local rank 0, naming both values and the fix, and uses the
+//   plugin's: they are derived from the step by the same rules on every node,
+//   reserved for this step alone and checked to be rank 0's address, where a
+//   preset is only as good as its own rule. A user who sets MASTER_ADDR or
+//   MASTER_PORT on purpose after srun unsets SLURMDDP_MASTER (--ddp-addr and
+//   --ddp-port are the plugin's way).
+void prefer_plugins_master(const EnvReader& env, ProcessIdentity& id) {
   auto exported = env(launch::kEnvMaster);
   if (!exported) return;
-  std::string now = id.master_addr + ":" + std::to_string(id.master_port);
+  const std::string now = id.master_addr + ":" + std::to_string(id.master_port);
   if (*exported == now) return;
-  auto verbose = env(launch::kEnvVerbose);
-  bool loud = verbose && (*verbose == "1" || *verbose == "yes" || *verbose == "true");
-  SLURMDDP_LOG(loud ? log::Level::kWarn : log::Level::kInfo, kComponent,
-               "MASTER_ADDR:MASTER_PORT=" << now << " differs from " << *exported
-                                          << ", which slurm-ddp's plugin exported for step "
-                                          << id.step
-                                          << ": changed after the plugin ran (a container "
-                                             "image's preset, enroot's PyTorch hook, or a wrapper "
-                                             "script); using "
-                                          << now);
+  const auto colon = exported->rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw InvalidArgument("identity: " + std::string(launch::kEnvMaster) + "=" + *exported +
+                          " is not ADDR:PORT; it is slurm-ddp's plugin's export: unset it, or "
+                          "leave it as the plugin set it");
+  }
+  const std::string addr = exported->substr(0, colon);
+  checked([&] { launch::check_host_syntax(launch::kEnvMaster, addr); });
+  const uint16_t port =
+      checked([&] { return launch::parse_port(launch::kEnvMaster, exported->substr(colon + 1)); });
+  if (id.local_rank == 0) {
+    SLURMDDP_LOG_WARN(kComponent,
+                      "MASTER_ADDR:MASTER_PORT=" << now << " differs from " << *exported
+                                                 << ", which slurm-ddp's plugin exported for step "
+                                                 << id.step
+                                                 << ": set after the plugin ran (a container "
+                                                    "image's preset, or pyxis with enroot's "
+                                                    "PyTorch hook loaded after the plugin); using "
+                                                 << *exported
+                                                 << ". Fix: load slurm-ddp's plugstack line after "
+                                                    "pyxis's (docs/admin-guide.md, \"Containers\"), "
+                                                    "or srun --container-env=MASTER_ADDR,"
+                                                    "MASTER_PORT; to use "
+                                                 << now << " instead, unset " << launch::kEnvMaster);
+  }
+  id.master_addr = addr;
+  id.master_port = port;
 }
 
 std::optional<std::string> slurm_step(const EnvReader& env) {
@@ -194,7 +221,7 @@ ProcessIdentity from_torchrun(const EnvReader& env, IdentitySource source) {
   read_device(env, id);
   id.ifname = ifname_of(env);
   id.step = env("SLURMDDP_STEP").value_or(slurm_step(env).value_or(""));
-  if (source == IdentitySource::kPlugin) report_changed_master(env, id);
+  if (source == IdentitySource::kPlugin) prefer_plugins_master(env, id);
   return id;
 }
 

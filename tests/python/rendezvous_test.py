@@ -36,6 +36,21 @@ class Rendezvous(unittest.TestCase):
                                                      args=["allreduce"]))
         self.assert_trained(results, 4)
 
+    # Note [A master changed after the plugin] (runtime/env/identity.cpp)
+    def test_a_master_changed_after_the_plugin_is_reported_and_the_plugins_is_used(self):
+        port, other = support.free_port(), support.free_port()
+        results = support.finish(support.start_ranks(
+            "torch_rank.py", range(2), 2, other, args=["allreduce"], SLURMDDP_STEP="7.0",
+            SLURMDDP_MASTER=f"127.0.0.1:{port}"))
+        self.assert_trained(results, 2)
+        warned = [r for r, (_, _, err) in results.items()
+                  if f"MASTER_ADDR:MASTER_PORT=127.0.0.1:{other} differs from 127.0.0.1:{port}"
+                  in err]
+        self.assertEqual(warned, [0], "the node's local rank 0 warns (one node here)")
+        _, _, err = results[0]
+        self.assertIn("--container-env=MASTER_ADDR,MASTER_PORT", err)
+        self.assertIn(f"init_method=\"slurmddp://\" uses 127.0.0.1:{port}", err)
+
     def test_without_a_token_the_store_is_open_as_torchs(self):
         port = support.free_port()
         results = support.finish(support.start_ranks("torch_rank.py", range(2), 2, port,

@@ -160,12 +160,6 @@ bool hold_until_pending(const std::string& dir, const std::string& what, int sig
   return all;
 }
 
-// How many times `needle` occurs in `text`.
-inline size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
 
 // Runs `body` (bash) in one allocation of 2 nodes x 2 tasks, so that its steps
 // share one job id and so one checkpoint directory.

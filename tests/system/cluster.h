@@ -92,6 +92,13 @@ std::vector<Fields> parse_lines(const std::string& text, const std::string& pref
 // (e.g. the parameter checksums every rank printed).
 std::set<std::string> captures(const std::string& text, const std::string& pattern);
 
+// How many times `needle` occurs in `text`.
+inline size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 // Every node's state letter from sinfo, e.g. {"n1": "idle", "n2": "idle"}.
 std::map<std::string, std::string> node_states();
 

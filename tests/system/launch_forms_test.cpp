@@ -193,21 +193,27 @@ TEST(LaunchForms, ContainerStyleLaunchKeepsTheVariables) {
   EXPECT_EQ(ok_ranks(r), ranks_upto(4));
 }
 
-TEST(LaunchForms, MasterPortChangedAfterThePluginIsReported) {
+// Note [A master changed after the plugin] (runtime/env/identity.cpp)
+TEST(LaunchForms, AMasterChangedAfterThePluginIsReportedAndThePluginsIsUsed) {
   REQUIRE_CLUSTER();
   // An image's preset (or enroot's hook) replacing MASTER_PORT in every task.
-  Result r =
-      run("srun -N 2 -n 2 --ddp-verbose sh -c 'MASTER_PORT=29517 exec " + runtime_probe() + "'",
-          std::chrono::seconds(120));
+  Result r = run("srun -N 2 -n 4 --ntasks-per-node=2 sh -c 'MASTER_PORT=29517 exec " +
+                     runtime_probe() + "'",
+                 std::chrono::seconds(120));
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
-  EXPECT_EQ(ok_ranks(r), ranks_upto(2));
-  EXPECT_THAT(r.err, HasSubstr(":29517 differs from " + node_address("n1") + ":"));
+  EXPECT_EQ(ok_ranks(r), ranks_upto(4));
+  // by default, once a node, with both values and the fix
+  EXPECT_EQ(count(r.err, ":29517 differs from " + node_address("n1") + ":"), 2u) << r.err;
   EXPECT_THAT(r.err, HasSubstr("which slurm-ddp's plugin exported for step"));
-  // Without --ddp-verbose it is not printed at the default log level.
-  Result quiet = run("srun -N 2 -n 2 sh -c 'MASTER_PORT=29517 exec " + runtime_probe() + "'",
-                     std::chrono::seconds(120));
-  ASSERT_EQ(quiet.rc, 0) << quiet.err;
-  EXPECT_THAT(quiet.err, Not(HasSubstr("differs from")));
+  EXPECT_THAT(r.err, HasSubstr("--container-env=MASTER_ADDR,MASTER_PORT"));
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("; using " + node_address("n1") + ":[0-9]+\\."));
+  // who sets it on purpose unsets SLURMDDP_MASTER: then their values serve
+  Result own = run("srun -N 2 -n 2 sh -c 'MASTER_PORT=29517 exec env -u SLURMDDP_MASTER " +
+                       runtime_probe() + "'",
+                   std::chrono::seconds(120));
+  ASSERT_EQ(own.rc, 0) << own.out << own.err;
+  EXPECT_EQ(ok_ranks(own), ranks_upto(2));
+  EXPECT_THAT(own.err, Not(HasSubstr("differs from")));
 }
 
 }  // namespace

@@ -53,6 +53,24 @@ Env plugin_env() {
   return e;
 }
 
+// Note [A master changed after the plugin]
+TEST(Identity, AMasterChangedAfterThePluginGivesWayToThePlugins) {
+  Env e = plugin_env();
+  e.vars["SLURMDDP_MASTER"] = "10.0.0.1:20001";
+  EXPECT_EQ(e.identity().master_port, 20001);  // unchanged: nothing to say
+  e.vars["MASTER_ADDR"] = "n1";                 // enroot's PyTorch hook
+  e.vars["MASTER_PORT"] = "61012";
+  auto id = e.identity();
+  EXPECT_EQ(id.master_addr, "10.0.0.1");
+  EXPECT_EQ(id.master_port, 20001);
+  e.vars["SLURMDDP_MASTER"] = "[fd00::1]";
+  EXPECT_THAT(e.error(), HasSubstr("SLURMDDP_MASTER"));
+  e.vars["SLURMDDP_MASTER"] = "fd00::1:20001";  // the plugin writes IPv6 unbracketed
+  EXPECT_EQ(e.identity().master_addr, "fd00::1");
+  e.vars.erase("SLURMDDP_MASTER");  // a user's own choice
+  EXPECT_EQ(e.identity().master_port, 61012);
+}
+
 TEST(Identity, FromThePlugin) {
   auto id = plugin_env().identity();
   EXPECT_EQ(id.source, IdentitySource::kPlugin);
