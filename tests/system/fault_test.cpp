@@ -161,11 +161,14 @@ TEST(FaultSystem, StoreHostKilledClientsNameHostAndPort) {
   EXPECT_NE(*code, 0);
   std::string err = srun->stderr_text();
   // MASTER_ADDR:MASTER_PORT of the step, e.g. 10.77.0.11:20001
-  std::regex endpoint("runtime_probe: .*10\\.77\\.0\\.11:[0-9]+");
+  const std::string endpoint = node_address("n1") + ":";
   int named = 0;
   std::istringstream in(err);
   std::string line;
-  while (std::getline(in, line)) named += std::regex_search(line, endpoint);
+  while (std::getline(in, line)) {
+    named += line.find("runtime_probe: ") != std::string::npos &&
+             line.find(endpoint) != std::string::npos;
+  }
   EXPECT_EQ(named, 3) << err;
   expect_nothing_left();
 }
@@ -175,7 +178,8 @@ TEST(FaultSystem, NodeCutOffDuringCollectivesFailsWithoutHanging) {
   // -K0: n1's ranks must notice by themselves (Slurm would otherwise kill them).
   auto srun = start_srun("-K0 -N 2 -n 4 --ntasks-per-node=2 " + probe() + " --steps 100000000");
   ASSERT_EQ(wait_for_lines(*srun, "runtime rank=", 4, 60s), 4) << srun->stderr_text();
-  ASSERT_EQ(run("ip -n sddp-n2 link set eth0 down").rc, 0);
+  const std::string n2 = network_prefix() + "-n2";  // n2's network namespace
+  ASSERT_EQ(run("ip -n " + n2 + " link set eth0 down").rc, 0);
   auto cut = std::chrono::steady_clock::now();
   // n1's ranks must fail by themselves within the timeout (plus a margin).
   auto deadline = cut + kTimeout + 20s;
@@ -185,7 +189,7 @@ TEST(FaultSystem, NodeCutOffDuringCollectivesFailsWithoutHanging) {
     failed = errors_naming(srun->stderr_text(), "rank");
   }
   auto took = std::chrono::steady_clock::now() - cut;
-  ASSERT_EQ(run("ip -n sddp-n2 link set eth0 up").rc, 0);
+  ASSERT_EQ(run("ip -n " + n2 + " link set eth0 up").rc, 0);
   EXPECT_GE(failed, 2) << srun->stderr_text();
   EXPECT_LT(took, kTimeout + 20s);
   auto code = srun->wait(90s);

@@ -62,7 +62,7 @@ TEST_F(Staged, InstallPutsEachFileWhereTheConfigurationSays) {
   ASSERT_EQ(install_.rc, 0) << install_.out << install_.err;
   const std::string libdir = env_or_empty("SLURMDDP_INSTALL_LIBDIR");
   const std::string plugin = env_or_empty("SLURMDDP_INSTALL_PLUGIN");
-  const std::string snippet = env_or_empty("SLURMDDP_INSTALL_PLUGSTACK_DIR") + "/ddp.conf";
+  const std::string snippet = env_or_empty("SLURMDDP_INSTALL_PLUGSTACK_DIR") + "/slurm-ddp.conf";
   const std::string incdir = env_or_empty("SLURMDDP_INSTALL_INCLUDEDIR") + "/slurmddp";
   Result list =
       run("cd '" + stage_ + "' && find . -type f -o -type l | sort", std::chrono::seconds(30));
@@ -129,12 +129,12 @@ class StagedPlugstack {
     const std::string dir = env_or_empty("SLURMDDP_INSTALL_PLUGSTACK_DIR");
     const std::string plugin = env_or_empty("SLURMDDP_INSTALL_PLUGIN");
     // the staged snippet, pointed at the staged plugin (the path it names must exist there)
-    std::string snippet = read_file(stage + dir + "/ddp.conf");
+    std::string snippet = read_file(stage + dir + "/slurm-ddp.conf");
     const std::string line = "required " + plugin;
     auto at = snippet.find("\n" + line);
     EXPECT_NE(at, std::string::npos) << snippet;
     if (at != std::string::npos) snippet.replace(at + 1, line.size(), "required " + stage + plugin);
-    std::ofstream(stage + dir + "/ddp.conf") << snippet;
+    std::ofstream(stage + dir + "/slurm-ddp.conf") << snippet;
     // plugstack.conf: the sample's include line, rooted at the stage
     std::string sample = read_file(source_dir() + "/slurm-conf-samples/plugstack.conf");
     std::string conf;

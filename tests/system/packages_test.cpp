@@ -32,8 +32,8 @@ using ::testing::Not;
 
 const char* const kPackages[] = {"slurm-ddp-plugin", "libslurmddp0", "libslurmddp-dev",
                                  "python3-slurmddp"};
-const char* const kShared = "/usr/share/slurm-ddp/plugstack.conf.d/ddp.conf";
-const char* const kEnabled = "/etc/slurm/plugstack.conf.d/ddp.conf";
+const char* const kShared = "/usr/share/slurm-ddp/plugstack.conf.d/slurm-ddp.conf";
+const char* const kEnabled = "/etc/slurm/plugstack.conf.d/slurm-ddp.conf";
 
 std::string packages_dir() {
   return env_or_empty("SLURMDDP_PACKAGES_DIR");

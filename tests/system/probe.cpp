@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
                         "GROUP_RANK",
                         "MASTER_ADDR",
                         "MASTER_PORT",
+                        "SLURMDDP_MASTER",
                         "SLURMDDP_LOCAL_DEVICE",
                         "SLURMDDP_STEP",
                         "SLURMDDP_NUM_NODES",

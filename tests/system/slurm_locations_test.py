@@ -59,7 +59,7 @@ class SlurmLocations(unittest.TestCase):
         return [dest for dest in installed.values() if dest.endswith("/spank_ddp.so")]
 
     def snippet(self, build):
-        return open(os.path.join(build, "slurm-conf-samples", "ddp.conf")).read()
+        return open(os.path.join(build, "slurm-conf-samples", "slurm-ddp.conf")).read()
 
     def built_plugin_version(self, build):
         r = subprocess.run(["ninja", "-C", build, "plugin/spank_ddp.so"], capture_output=True,
