@@ -37,6 +37,7 @@ import linecache
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 from contextlib import contextmanager
@@ -53,6 +54,58 @@ from . import _core
 __all__ = ["DistributedSampler", "Progress", "Store", "SCHEME", "settle_ddp"]
 
 SCHEME = "slurmddp"
+
+
+# Note [Gloo's threads at exit]
+#   A torch Gloo collective keeps the state of the thread that started it, and
+#   on torch 2.15 that holds Python objects (backward() stashes its contextvars
+#   context in the thread's TLS, so DDP's all-reduces capture it, and a later
+#   barrier keeps those works). torch's Gloo thread drops a finished work a
+#   moment after wait() returns, which takes the GIL; when the program exits
+#   right after its last collective (dist.barrier(); destroy_process_group()),
+#   the interpreter may be finalizing by then, and Python ends that thread
+#   inside torch's noexcept loop: "terminate called without an active
+#   exception", the rank dead by SIGABRT after its work was done (1 in about
+#   150 rank exits on torch 2.15 here; the core names AsyncBarrierWork's
+#   ThreadLocalState). So at exit, while other threads may still take the GIL,
+#   this waits until torch's Gloo threads have been asleep for _QUIET_S with
+#   the GIL free (at most _EXIT_WAIT_S in all): a thread waiting for the GIL
+#   gets it and finishes meanwhile.
+_EXIT_WAIT_S = 1.0
+_QUIET_S = 0.005
+
+
+def _gloo_thread_states() -> List[str]:
+    """The state letter (R, S, ...) of each of torch's Gloo threads here."""
+    states = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return states
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended meanwhile
+        if stat[stat.find("(") + 1:stat.rfind(")")].startswith("pt_gloo"):
+            states.append(stat[stat.rfind(")") + 2:][:1])
+    return states
+
+
+@atexit.register
+def _let_gloo_threads_finish() -> None:
+    if not _gloo_thread_states():
+        return
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.001)  # the GIL is free meanwhile
+        now = time.monotonic()
+        if "R" in _gloo_thread_states():
+            quiet_since = now
+        elif now - quiet_since >= _QUIET_S:
+            return
 
 
 def _warn_if_the_master_changed() -> None:

@@ -143,19 +143,18 @@ void prefer_plugins_master(const EnvReader& env, ProcessIdentity& id) {
   const uint16_t port =
       checked([&] { return launch::parse_port(launch::kEnvMaster, exported->substr(colon + 1)); });
   if (id.local_rank == 0) {
-    SLURMDDP_LOG_WARN(kComponent,
-                      "MASTER_ADDR:MASTER_PORT=" << now << " differs from " << *exported
-                                                 << ", which slurm-ddp's plugin exported for step "
-                                                 << id.step
-                                                 << ": set after the plugin ran (a container "
-                                                    "image's preset, or pyxis with enroot's "
-                                                    "PyTorch hook loaded after the plugin); using "
-                                                 << *exported
-                                                 << ". Fix: load slurm-ddp's plugstack line after "
-                                                    "pyxis's (docs/admin-guide.md, \"Containers\"), "
-                                                    "or srun --container-env=MASTER_ADDR,"
-                                                    "MASTER_PORT; to use "
-                                                 << now << " instead, unset " << launch::kEnvMaster);
+    SLURMDDP_LOG_WARN(kComponent, "MASTER_ADDR:MASTER_PORT="
+                                      << now << " differs from " << *exported
+                                      << ", which slurm-ddp's plugin exported for step " << id.step
+                                      << ": set after the plugin ran (a container "
+                                         "image's preset, or pyxis with enroot's "
+                                         "PyTorch hook loaded after the plugin); using "
+                                      << *exported
+                                      << ". Fix: load slurm-ddp's plugstack line after "
+                                         "pyxis's (docs/admin-guide.md, \"Containers\"), "
+                                         "or srun --container-env=MASTER_ADDR,"
+                                         "MASTER_PORT; to use "
+                                      << now << " instead, unset " << launch::kEnvMaster);
   }
   id.master_addr = addr;
   id.master_port = port;

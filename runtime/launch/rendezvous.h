@@ -125,7 +125,7 @@ struct StepPlan {
   std::string ifname;        // explicit interface (ifname=, --ddp-ifname)
   std::string route_ifname;  // this node's interface toward MASTER_ADDR; empty if unknown
   bool bind_gpu = false;
-  bool threads = true;  // export thread counts (Note [Thread counts])
+  bool threads = true;      // export thread counts (Note [Thread counts])
   bool nccl_ifname = true;  // NCCL_SOCKET_IFNAME toward MASTER_ADDR (Note [Socket interfaces])
   bool verbose = false;
   Launcher launcher = Launcher::kDirect;

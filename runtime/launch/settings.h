@@ -99,7 +99,7 @@ struct Settings {
   std::string hostname_suffix;
   PortRange port_range = kDefaultPortRange;
   bool bind_gpu = false;
-  bool threads = true;  // export thread counts (Note [Thread counts], threads.h)
+  bool threads = true;      // export thread counts (Note [Thread counts], threads.h)
   bool nccl_ifname = true;  // NCCL_SOCKET_IFNAME toward MASTER_ADDR (Note [Socket interfaces])
   bool verbose = false;
   Launcher launcher = Launcher::kDirect;

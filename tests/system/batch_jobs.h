@@ -160,7 +160,6 @@ bool hold_until_pending(const std::string& dir, const std::string& what, int sig
   return all;
 }
 
-
 // Runs `body` (bash) in one allocation of 2 nodes x 2 tasks, so that its steps
 // share one job id and so one checkpoint directory.
 inline Result in_one_job(const std::string& dir, const std::string& body) {

@@ -197,9 +197,9 @@ TEST(LaunchForms, ContainerStyleLaunchKeepsTheVariables) {
 TEST(LaunchForms, AMasterChangedAfterThePluginIsReportedAndThePluginsIsUsed) {
   REQUIRE_CLUSTER();
   // An image's preset (or enroot's hook) replacing MASTER_PORT in every task.
-  Result r = run("srun -N 2 -n 4 --ntasks-per-node=2 sh -c 'MASTER_PORT=29517 exec " +
-                     runtime_probe() + "'",
-                 std::chrono::seconds(120));
+  Result r = run(
+      "srun -N 2 -n 4 --ntasks-per-node=2 sh -c 'MASTER_PORT=29517 exec " + runtime_probe() + "'",
+      std::chrono::seconds(120));
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_EQ(ok_ranks(r), ranks_upto(4));
   // by default, once a node, with both values and the fix

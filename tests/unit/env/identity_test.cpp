@@ -58,7 +58,7 @@ TEST(Identity, AMasterChangedAfterThePluginGivesWayToThePlugins) {
   Env e = plugin_env();
   e.vars["SLURMDDP_MASTER"] = "10.0.0.1:20001";
   EXPECT_EQ(e.identity().master_port, 20001);  // unchanged: nothing to say
-  e.vars["MASTER_ADDR"] = "n1";                 // enroot's PyTorch hook
+  e.vars["MASTER_ADDR"] = "n1";                // enroot's PyTorch hook
   e.vars["MASTER_PORT"] = "61012";
   auto id = e.identity();
   EXPECT_EQ(id.master_addr, "10.0.0.1");

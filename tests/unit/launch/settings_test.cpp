@@ -61,8 +61,9 @@ TEST(Plugstack, EveryKey) {
   EXPECT_TRUE(parse_plugstack_args({"threads=no", "threads=yes"}).threads);
   EXPECT_TRUE(parse_plugstack_args({}).nccl_ifname);
   EXPECT_FALSE(parse_plugstack_args({"nccl_ifname=no"}).nccl_ifname);
-  EXPECT_FALSE(resolve_settings({}, [](const char*) { return std::optional<std::string>(); },
-                                parse_plugstack_args({"nccl_ifname=no"}))
+  EXPECT_FALSE(resolve_settings(
+                   {}, [](const char*) { return std::optional<std::string>(); },
+                   parse_plugstack_args({"nccl_ifname=no"}))
                    .nccl_ifname);
   EXPECT_EQ(plugstack_keys().size(), 10u);
 }
