@@ -410,7 +410,10 @@ TEST(TaskEnv, NcclIfnameNoLeavesNcclsOwnChoice) {
   Settings s;
   s.nccl_ifname = false;
   StepPlan p = plan_step(s, facts(1), net.view());
-  auto env = as_map(task_environment(p, TaskFacts{}, net.view()));
+  TaskFacts t;
+  t.local_rank = 1;
+  t.global_rank = 5;
+  auto env = as_map(task_environment(p, t, net.view()));
   EXPECT_EQ(env.count("NCCL_SOCKET_IFNAME"), 0u);
   EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth0");
 }
