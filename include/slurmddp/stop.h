@@ -90,6 +90,12 @@ class StopSignal {
   // signal number any rank saw).
   int agreed_signal() const;
 
+  // Puts the handlers back in front of any handler installed after them (by
+  // the program or a library), which they then call after recording the
+  // signal: both see it. Returns the signals whose handler had been replaced.
+  // should_stop() does this at every check (Note [Handlers installed after
+  // ours] in runtime/resume/stop_signal.cpp).
+  std::vector<int> reinstall();
   // Sets the local request as if `signal` had arrived (tests, or a program
   // that decides to stop for its own reasons).
   void request(int signal);

@@ -29,11 +29,15 @@ import collections
 import functools
 import io
 import os
+import pickletools
 import re
 import signal
+import socket
 import sys
 import time
 import weakref
+import zipfile
+from datetime import timedelta
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
@@ -122,14 +126,40 @@ def requeue_and_exit(group: Optional[Any] = None) -> None:
     sys.exit(EXIT_REQUEUE)
 
 
-# The Gloo group for CPU tensors when the default group is not Gloo (NCCL):
-# made once per process, at the first use (collective: every rank gets there
-# in the same order, as with any torch.distributed call).
-_gloo_group: Optional[Any] = None
+# Note [The side group]
+#   The stop checks and the checkpoints' agreements run on a Gloo group of
+#   their own over every rank, made with the default group's timeout, never on
+#   the default group: under NCCL that one cannot take CPU tensors, and under
+#   Gloo a check that one rank makes and another does not would pair with the
+#   training's own all-reduces (a wrong answer or a hang with no message). On
+#   its own group a check pairs only with checks, and should_stop() compares
+#   the ranks' steps (Note [Checks at different steps]). Making a group is
+#   collective, so it is made where every rank is: in Checkpointer() when
+#   torch.distributed is initialized by then, else at the first should_stop(),
+#   save() or load_latest(); never inside a rank-0-only call. It ends with the
+#   default group (destroy_process_group).
+_side_group: Optional[Any] = None
+
+
+def _default_timeout() -> Optional[timedelta]:
+    """The default group's timeout (init_process_group(timeout=)), or None."""
+    from torch.distributed import distributed_c10d
+    pg = distributed_c10d._get_default_group()
+    getters = [lambda: pg.options._timeout]  # torch 1.13
+    for device in ("cpu", "cuda"):  # torch >= 2.0: per backend
+        getters.append(lambda d=device: pg._get_backend(torch.device(d)).options._timeout)
+    for get in getters:
+        try:
+            timeout = get()
+        except Exception:  # noqa: BLE001 (not this torch's layout)
+            continue
+        if isinstance(timeout, timedelta):
+            return timeout
+    return None
 
 
 def _cpu_group(group: Optional[Any]) -> Optional[Any]:
-    global _gloo_group
+    global _side_group
     if group is not None:
         return group
     if not dist.is_initialized():
@@ -137,11 +167,10 @@ def _cpu_group(group: Optional[Any]) -> Optional[Any]:
             "slurmddp: torch.distributed is not initialized; call "
             "dist.init_process_group(...) before the first should_stop(), save() or "
             "load_latest()")
-    if "gloo" in str(dist.get_backend()):
-        return None  # the default group
-    if _gloo_group is None:
-        _gloo_group = dist.new_group(backend="gloo")
-    return _gloo_group
+    if _side_group is None:
+        timeout = _default_timeout()
+        _side_group = dist.new_group(backend="gloo", **({"timeout": timeout} if timeout else {}))
+    return _side_group
 
 
 # Note [Tensors outlive torch's Gloo thread]
@@ -257,7 +286,11 @@ def _wrap_destroy() -> None:
 
     @functools.wraps(original)
     def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        global _side_group
         _finish_checks()
+        group = args[0] if args else kwargs.get("group")
+        if group is None or group is _side_group:
+            _side_group = None  # Note [The side group]: it ends with the default group
         return original(*args, **kwargs)
 
     destroy_process_group._slurmddp_wrapped = True  # type: ignore[attr-defined]
@@ -270,6 +303,18 @@ if dist.is_available():
     _wrap_destroy()
 
 
+# Note [Checks at different steps]
+#   should_stop() is collective, and a rank that calls it once more or once
+#   less than the others (a loader of another length, a break on one rank)
+#   shifts every later check against the others' by one: the answer arrives a
+#   step late on some ranks, or they stop at different steps and checkpoint
+#   inconsistent states, with no message. Each check therefore all-reduces the
+#   step with the signal (its maximum and its negated minimum, in the same
+#   three integers), and a check whose steps differ fails on every rank with
+#   slurmddp.Error naming the steps, ranks and hosts, one check later (the
+#   answer is read at the next check). A rank that stops calling altogether
+#   leaves the others waiting in their next check, which fails within the
+#   group's timeout like any collective.
 class StopSignal:
     """A stop request every rank agrees on (Note [Stop requests]).
 
@@ -285,9 +330,14 @@ class StopSignal:
     same step, one check after the signal was seen. Once it was true it stays
     true, without communicating.
 
-    A dead or stuck rank makes the check fail like any collective, within the
-    group's timeout (``group``: a Gloo group over every rank; default as for
-    the Checkpointer). After a stop was agreed, ``close()`` (and exit) ignores the
+    Ranks that check at different steps fail at the next check with
+    ``slurmddp.Error`` naming them (Note [Checks at different steps]). A dead
+    or stuck rank makes the check fail like any collective, within the
+    group's timeout (``group``: a Gloo group over every rank; default: the
+    package's own, with the default group's timeout, Note [The side group]).
+    A handler that a library installs later for one of the signals (Python's
+    ``signal.signal``) is found at the next check: ours goes back in front and
+    calls it, and the rank's stderr says so once. After a stop was agreed, ``close()`` (and exit) ignores the
     signals instead of restoring the old handlers: a second signal on the way
     out must not kill the process (Slurm sends SIGTERM to the others when one
     task exits).
@@ -304,6 +354,7 @@ class StopSignal:
         self._group_arg = group
         self._pending: Optional[Tuple[Any, torch.Tensor]] = None
         self._answer = 0  # of the last check finished early (Note [Checks in flight])
+        self._told_replaced: set = set()
         self.stopped_at: Optional[int] = None
         _live_stops.add(self)
 
@@ -346,20 +397,57 @@ class StopSignal:
             handlers.agree(decided)
             self.stopped_at = step
             return True
-        flag = torch.tensor([handlers.local_signal], dtype=torch.int64)
+        self._reinstall(handlers)
+        # the signal, and the step as its largest and (negated) smallest
+        flag = torch.tensor([handlers.local_signal, step, -step], dtype=torch.int64)
         work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=_cpu_group(self._group_arg),
                                async_op=True)
-        self._pending = (work, flag)
+        self._pending = (work, flag, step)
         return False
+
+    def _reinstall(self, handlers: _core.StopHandlers) -> None:
+        """Note [Handlers installed after ours] (runtime/resume/stop_signal.cpp)."""
+        for sig in handlers.reinstall():
+            name = _core.signal_name(sig)
+            if name not in self._told_replaced:
+                self._told_replaced.add(name)
+                print(f"slurmddp: a handler for {name} was installed after StopSignal() (by "
+                      f"signal.signal or a library, e.g. a trainer's auto-requeue); "
+                      f"StopSignal's is back in front and calls it after recording the "
+                      f"signal. A signal that arrived in between reached only that handler",
+                      file=sys.stderr, flush=True)
 
     def _finish_check(self) -> None:
         """Waits for the check in flight, if any, and keeps its answer."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            work, flag = pending
+            work, flag, step = pending
             work.wait()
             _keep(flag)  # Note [Tensors outlive torch's Gloo thread]
-            self._answer = int(flag.item())
+            signal_max, step_max, minus_step_min = (int(v) for v in flag.tolist())
+            if step_max != -minus_step_min:
+                self._checked_at_different_steps(step)
+            self._answer = signal_max
+
+    def _checked_at_different_steps(self, step: int) -> None:
+        """Note [Checks at different steps]: names the ranks and their steps
+        (collective: every rank saw the same mismatch in the same check)."""
+        group = _cpu_group(self._group_arg)
+        world = dist.get_world_size(group)
+        texts = _gather_texts(f"{step} {socket.gethostname()}", world, group)
+        by_step: Dict[str, List[str]] = {}
+        for r, text in enumerate(texts):
+            at, _, host = text.partition(" ")
+            by_step.setdefault(at, []).append(f"{r} ({host})")
+        parts = []
+        for at, who in sorted(by_step.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+            shown = ", ".join(who[:8]) + (f" and {len(who) - 8} more" if len(who) > 8 else "")
+            parts.append(f"step {at} on rank{'s' if len(who) > 1 else ''} {shown}")
+        raise _core.Error(
+            f"StopSignal.should_stop: the ranks checked at different steps: {'; '.join(parts)}. "
+            f"Every rank must call should_stop() with the same step numbers (a loader of "
+            f"another length on some rank, or a break or continue before the check on one "
+            f"rank, makes them differ)")
 
     def close(self) -> None:
         """Waits for a check in flight, then restores the previous handlers (or
@@ -435,6 +523,150 @@ def _complete_marker(text: str) -> Dict[str, str]:
     return dict(kv.split("=", 1) for kv in text.split() if "=" in kv)
 
 
+def _complete_steps_in(directory: str) -> List[int]:
+    steps = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    for name in names:
+        m = re.fullmatch(r"step-(\d+)", name)
+        if m and os.path.exists(os.path.join(directory, name, "COMPLETE")):
+            steps.append(int(m.group(1)))
+    return sorted(steps, reverse=True)
+
+
+# Note [Saving a step again]
+#   Saving into a step directory that holds a complete checkpoint (a step
+#   saved twice, a run restarted from an earlier step) replaces the rank files
+#   one by one; with the old COMPLETE still there, a rank killed midway would
+#   leave old and new files side by side, each with a good checksum, and the
+#   mix would load. So rank 0 removes that COMPLETE (durably) before any rank
+#   writes, every rank knows it is gone before writing (the agreement after
+#   serializing), and the step is complete again only when every new file is.
+#   And a fresh start is never silent: when this run has no checkpoint but its
+#   per-job directory's siblings hold other jobs' (a job submitted again by
+#   hand is a new job, hence a new run), rank 0 says so on stderr, naming them
+#   and how to continue one, and starts from scratch: other runs beside this
+#   one are also what a sweep looks like, so it is not an error.
+def _unmark_complete(sdir: str) -> None:
+    marker = os.path.join(sdir, "COMPLETE")
+    try:
+        os.unlink(marker)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise _core.Error(f"Checkpointer.save: cannot remove {marker} before saving the step "
+                          f"again: {e.strerror}") from None
+    fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _agree_or_raise(reason: str, rank: int, world: int, group: Optional[Any], what: str) -> None:
+    """Collective: raises slurmddp.Error on every rank when any rank has a
+    reason, naming the ranks and their reasons (InvalidArgument when this
+    rank's own is one)."""
+    first = torch.tensor([rank if reason else world], dtype=torch.int64)
+    dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
+    _keep(first)
+    if int(first.item()) == world:
+        return
+    reasons = _gather_texts(reason, world, group)
+    failed = [(r, text) for r, text in enumerate(reasons) if text]
+    if reason:
+        raise _core.InvalidArgument(reason)
+    why = "; ".join(f"rank {r}: {text}" for r, text in failed[:3])
+    if len(failed) > 3:
+        why += f"; and {len(failed) - 3} more ranks"
+    raise _core.Error(f"{what} failed on another rank: {why}")
+
+
+# Note [Loading what was saved]
+#   A requeued job loads what its previous run saved, and a state that saved
+#   fine must not fail only then, on every rank. The policy, the same on every
+#   supported torch (1.13 to the newest): Checkpointer(weights_only=True), the
+#   default, loads with torch.load(weights_only=True) (tensors, containers,
+#   numbers, strings and what torch.serialization.add_safe_globals allows:
+#   nobody who can write the directory can run code in the job), and save()
+#   refuses, before writing anything, a state whose pickle names anything else
+#   (numpy arrays, a custom class), naming it: torch's own list of what is
+#   unsafe where it has one (2.6 and later), else the globals of the pickle
+#   checked against the weights-only unpickler's allowed ones (1.13). Torch
+#   1.13's own weights-only unpickler cannot read a float (BINFLOAT: every
+#   optimizer's learning rate), and its torch.load ignores a pickle_module
+#   unless weights_only is True; so there the pickle's globals are checked the
+#   same way before loading (the opcodes that name a callable: GLOBAL and
+#   INST, the others refused), and then it is loaded as a whole.
+#   weights_only=False loads full pickle: for a directory only its owner can
+#   write. CUDA tensors load onto this rank's device, not the saving rank's:
+#   the current CUDA device when the process has initialized CUDA
+#   (torch.cuda.set_device(LOCAL_RANK) does), else the CPU.
+def _own_device_map() -> Dict[str, str]:
+    target = "cpu"
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        target = f"cuda:{torch.cuda.current_device()}"
+    where = {f"cuda:{i}": target for i in range(256)}
+    where["cuda"] = target
+    return where
+
+
+def _torch_load(payload: bytes, step: int, weights_only: bool, map_location: Any,
+                args: Dict[str, Any]) -> Any:
+    """torch.load of a checkpoint's payload under Note [Loading what was saved]."""
+    if "weights_only" not in args and "pickle_module" not in args:
+        if weights_only and int(torch.__version__.split(".")[0]) < 2:
+            _check_loadable(payload, step, "torch.load")  # then its globals are safe
+            args = dict(args, weights_only=False)
+        else:
+            args = dict(args, weights_only=weights_only)
+    return torch.load(io.BytesIO(payload), map_location=map_location, **args)
+
+
+def _pickle_globals(payload: Union[bytes, memoryview]) -> List[str]:
+    """The globals a torch.save archive's pickle names ("module.name")."""
+    with zipfile.ZipFile(io.BytesIO(payload)) as z:
+        pickled = [n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+        if not pickled:
+            return []
+        data = z.read(pickled[0])
+    names = []
+    for op, arg, _ in pickletools.genops(data):
+        if op.name in ("GLOBAL", "INST"):
+            names.append(str(arg).replace(" ", "."))
+        elif op.name in ("STACK_GLOBAL", "EXT1", "EXT2", "EXT4", "OBJ"):
+            names.append(f"(a global by {op.name}, which is not checked)")
+    return names
+
+
+def _check_loadable(payload: Union[bytes, memoryview], step: int, when: str = "save") -> None:
+    find = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+    if find is not None:
+        unsafe = sorted(set(find(io.BytesIO(payload))))
+    else:
+        from torch import _weights_only_unpickler
+        allowed = set(_weights_only_unpickler._get_allowed_globals())
+        unsafe = sorted({g for g in _pickle_globals(payload) if g not in allowed})
+    if not unsafe:
+        return
+    shown = ", ".join(unsafe[:6]) + (f" and {len(unsafe) - 6} more" if len(unsafe) > 6 else "")
+    if when != "save":
+        raise _core.Error(
+            f"checkpoint of step {step} holds {shown}, which weights_only=True does not load "
+            f"(Checkpointer(..., weights_only=False) loads full pickle, for a directory only "
+            f"you can write; Note [Loading what was saved])")
+    raise _core.InvalidArgument(
+        f"Checkpointer.save: the state of step {step} holds {shown}, which "
+        f"torch.load(weights_only=True) refuses: the requeued job could not load it. Keep "
+        f"tensors and plain Python values in the state (torch.from_numpy, .tolist(), a "
+        f"class's state_dict()), allow the types with torch.serialization."
+        f"add_safe_globals (torch >= 2.4, before save and load), or pass "
+        f"Checkpointer(..., weights_only=False) for a directory only you can write "
+        f"(Note [Loading what was saved])")
+
+
 class Checkpointer:
     """Checkpoints for preemption and requeue (Note [Checkpoint layout]).
 
@@ -458,13 +690,23 @@ class Checkpointer:
     is tried; when none is usable it raises ``slurmddp.Error``: never a silent
     fresh start.
 
+    ``weights_only`` (default True): the state is loaded with
+    ``torch.load(weights_only=True)`` on every torch, and ``save()`` refuses a
+    state that could not be loaded so, naming what it holds (Note [Loading
+    what was saved]); False: full pickle, for a directory only you can write.
+    Saving a step again cannot mix its old and new files; a fresh start while
+    other jobs' checkpoints lie beside this one's is said on stderr (Note
+    [Saving a step again]).
+
     ``run_id`` and ``restart_count`` name the run for loggers. ``group``: a
-    Gloo group over every rank (default: the default group when it is Gloo,
-    else one made at the first use).
+    Gloo group over every rank (default: the package's own, made here when
+    torch.distributed is initialized: construct the Checkpointer on every
+    rank, after init_process_group; Note [The side group]).
     """
 
     def __init__(self, directory: str = "checkpoints", *, keep: int = 2, scope: str = "rank0",
-                 per_job: bool = True, group: Optional[Any] = None) -> None:
+                 per_job: bool = True, weights_only: bool = True,
+                 group: Optional[Any] = None) -> None:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise _core.InvalidArgument(f"Checkpointer: keep={keep!r}; expected an integer >= 1")
         if scope not in _SCOPES:
@@ -472,7 +714,12 @@ class Checkpointer:
                 f"Checkpointer: scope={scope!r}; expected one of {', '.join(_SCOPES)}")
         if not directory:
             raise _core.InvalidArgument("Checkpointer: the directory is empty")
+        if not isinstance(weights_only, bool):
+            raise _core.InvalidArgument(
+                f"Checkpointer: weights_only={weights_only!r}; expected True or False")
+        self.base = directory
         self.dir = _core.job_checkpoint_dir(directory) if per_job else directory
+        self.weights_only = weights_only
         self.keep = keep
         self.scope = scope
         self.per_job = per_job
@@ -484,6 +731,8 @@ class Checkpointer:
         except OSError as e:
             raise _core.Error(f"Checkpointer: failed to create the directory {self.dir}: "
                               f"{e.strerror}") from None
+        if group is None and dist.is_available() and dist.is_initialized():
+            _cpu_group(None)  # Note [The side group]: now, while every rank is here
 
     def _world(self) -> Tuple[int, int, Optional[Any]]:
         group = _cpu_group(self._group_arg)
@@ -497,12 +746,24 @@ class Checkpointer:
         rank, world, group = self._world()
         sdir = os.path.join(self.dir, f"step-{step}")
         os.makedirs(sdir, exist_ok=True)
+        if rank == 0:
+            _unmark_complete(sdir)  # Note [Saving a step again]
         payload: Union[bytes, memoryview] = b""
-        if self.scope == "every_rank" or rank == 0:
-            buf = io.BytesIO()
-            torch.save(state, buf)
-            payload = buf.getbuffer()
-        data = _core.encode_checkpoint(step, rank, world, _sampler_text(sampler), payload)
+        reason = ""
+        try:
+            sampler_text = _sampler_text(sampler)
+            if self.scope == "every_rank" or rank == 0:
+                buf = io.BytesIO()
+                torch.save(state, buf)
+                payload = buf.getbuffer()
+                if self.weights_only:
+                    _check_loadable(payload, step)
+        except _core.InvalidArgument as e:
+            reason = str(e)
+        # every rank knows that every state was serialized, and rank 0's
+        # COMPLETE of an earlier save of this step is gone
+        _agree_or_raise(reason, rank, world, group, f"Checkpointer.save: step {step}")
+        data = _core.encode_checkpoint(step, rank, world, sampler_text, payload)
         del payload
         _core.write_atomic(sdir, f"rank-{rank}.ckpt", data)
         del data
@@ -516,19 +777,36 @@ class Checkpointer:
         dist.barrier(group=group)  # nobody goes on before the checkpoint is complete
         return sdir
 
+    def _tell_other_runs(self) -> None:
+        """Note [Saving a step again]: a fresh start beside other runs' checkpoints is said."""
+        others = []
+        try:
+            names = sorted(os.listdir(self.base))
+        except OSError:
+            return
+        own = os.path.basename(os.path.normpath(self.dir))
+        for name in names:
+            if not name.startswith("job-") or name == own:
+                continue
+            steps = _complete_steps_in(os.path.join(self.base, name))
+            if steps:
+                others.append((name, steps[0]))
+        if not others:
+            return
+        shown = ", ".join(f"{n} (step {st})" for n, st in others[:5])
+        if len(others) > 5:
+            shown += f" and {len(others) - 5} more"
+        name = others[-1][0]
+        print(f"slurmddp: starting from scratch: no checkpoint of this run ({self.run_id}) in "
+              f"{self.dir}, while {self.base} holds checkpoints of other jobs: {shown}. A job "
+              f"submitted again by hand is a new run; to continue one, pass its directory: "
+              f"Checkpointer({os.path.join(self.base, name)!r}, per_job=False)",
+              file=sys.stderr, flush=True)
+
     def complete_steps(self) -> List[int]:
         """The steps of the complete checkpoints in the directory, newest first
         (local: no communication)."""
-        steps = []
-        try:
-            names = os.listdir(self.dir)
-        except OSError:
-            return []
-        for name in names:
-            m = re.fullmatch(r"step-(\d+)", name)
-            if m and os.path.exists(os.path.join(self.dir, name, "COMPLETE")):
-                steps.append(int(m.group(1)))
-        return sorted(steps, reverse=True)
+        return _complete_steps_in(self.dir)
 
     def _read(self, step: int, rank: int, world: int) -> Tuple[str, bytes]:
         """(sampler, payload) of this rank at `step`; raises _core.Error saying
@@ -569,10 +847,18 @@ class Checkpointer:
 
     def load_latest(self, *, map_location: Any = None, **torch_load_args: Any) -> Optional[Resumed]:
         """The newest usable checkpoint on every rank, or None (collective; see
-        the class). ``map_location`` and other keywords go to ``torch.load``."""
+        the class). ``map_location`` and other keywords go to ``torch.load``;
+        by default CUDA tensors load onto this rank's current CUDA device when
+        the process uses CUDA (``torch.cuda.set_device``), else onto the CPU,
+        and ``weights_only`` is the Checkpointer's (Note [Loading what was
+        saved])."""
         rank, world, group = self._world()
+        if map_location is None:
+            map_location = _own_device_map()
         # the group spans every rank, so its rank 0 is the global one
         steps = _broadcast_steps(self.complete_steps() if rank == 0 else [], 0, group)
+        if not steps and rank == 0 and self.per_job:
+            self._tell_other_runs()
         refused: List[str] = []
         for step in steps:
             reason = ""
@@ -586,8 +872,8 @@ class Checkpointer:
             dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
             _keep(first)
             if int(first.item()) == world:
-                state = torch.load(io.BytesIO(payload), map_location=map_location,
-                                   **torch_load_args)
+                state = _torch_load(payload, step, self.weights_only, map_location,
+                                    torch_load_args)
                 if refused and rank == 0:
                     print(f"slurmddp: resuming from {self.dir}/step-{step}, the newest usable "
                           f"checkpoint", file=sys.stderr, flush=True)

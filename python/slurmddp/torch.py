@@ -260,9 +260,12 @@ class DistributedSampler(_TorchDistributedSampler):
       (ranks differ in length by at most one; ``shard_sizes()`` weights
       per-rank metrics).
     * ``state_dict()``/``load_state_dict()``: mid-epoch resume. The next
-      iteration of the saved epoch continues after the last index handed out
-      (or after ``position`` indices given to ``state_dict``; with DataLoader
-      workers prefetching ahead, pass the samples the training consumed).
+      iteration of the saved epoch continues after the last sample the
+      training was given: iterated by a ``DataLoader`` (any ``num_workers``,
+      ``prefetch_factor``, ``persistent_workers``), the batches it yielded,
+      not the indices its workers prefetched (Note [What the training
+      consumed]); iterated directly, the indices handed out; or after
+      ``position`` samples given to ``state_dict``.
     * Indices are made in C++ in blocks of ``block_size`` and handed to
       Python as lists, so iterating costs what iterating a list costs.
 
@@ -309,19 +312,22 @@ class DistributedSampler(_TorchDistributedSampler):
         self.mode = self._sampler.mode
         self._resume: Optional[Tuple[int, int]] = None  # (epoch, position)
         self._block: Optional[Tuple[int, int, Iterator[int]]] = None  # (start, length, iterator)
+        self._loader: Optional[_LoaderView] = None  # Note [What the training consumed]
 
     def _make_core(self) -> _core.Sampler:
         c = dict(self._config)
         return _core.Sampler(c.pop("n"), c.pop("num_replicas"), c.pop("rank"), **c)
 
     def __getstate__(self) -> Dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_sampler", "_block")}
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_sampler", "_block", "_loader")}
         state["_resume"] = (self.epoch, self.state_dict()["position"])
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._block = None
+        self._loader = None
         self._sampler = self._make_core()
 
     def __len__(self) -> int:
@@ -355,13 +361,20 @@ class DistributedSampler(_TorchDistributedSampler):
             self._resume = None
             if epoch == self.epoch:
                 s.seek(position)
+        self._loader = _LoaderView.of_caller(self, s.position)
         return itertools.chain.from_iterable(self._blocks())
 
     def _position(self) -> int:
         if self._block is None:
-            return self._sampler.position
-        start, length, it = self._block
-        return start + length - it.__length_hint__()
+            handed = self._sampler.position
+        else:
+            start, length, it = self._block
+            handed = start + length - it.__length_hint__()
+        if self._loader is not None:
+            consumed = self._loader.consumed(handed)
+            if consumed is not None:
+                return min(consumed, handed)
+        return handed
 
     def state_dict(self, position: Optional[int] = None) -> Dict[str, Any]:
         """Where this rank stands in the current epoch: ``{"epoch", "position", "state"}``.
@@ -405,6 +418,87 @@ class DistributedSampler(_TorchDistributedSampler):
         self.epoch = self._sampler.epoch
         self._resume = (self.epoch, self._sampler.position)
         self._block = None
+        self._loader = None
+
+
+# Note [What the training consumed]
+#   A DataLoader with workers takes indices from its sampler ahead of the
+#   training: prefetch_factor x num_workers batches are in the workers' queues
+#   when a batch reaches the loop. A sampler that saves the indices it handed
+#   out would skip those batches after a resume (up to 4 a rank at the
+#   defaults, every preemption). The training consumed what the loader
+#   yielded, and only the loader's iterator knows that: torch's
+#   _BaseDataLoaderIter counts the batches it yielded (_num_yielded, since
+#   torch 1.x) and draws its indices from the sampler through a BatchSampler
+#   of its batch_size (or, with batch_size=None, one sample an item). So when
+#   the sampler's iteration starts, it looks for the loader iterator among its
+#   callers (DataLoader's own frames, two to five up, the same from torch 1.13
+#   to 2.15) and keeps a weak reference; its position is then where the
+#   iteration started plus the samples of the batches yielded, never more
+#   than it handed out (a partial last batch). A loader it does not recognise
+#   (a custom batch_sampler, another framework's loader) leaves the count of
+#   indices handed out, as before, and says so once; state_dict(position=)
+#   overrides both.
+class _LoaderView:
+    """The batches a DataLoader iterator yielded, as samples of this sampler."""
+
+    _warned = False
+
+    def __init__(self, iterator: Any, start: int, per_batch: int) -> None:
+        self._iterator = weakref.ref(iterator)
+        self._start = start
+        self._per_batch = per_batch
+        self._workers = getattr(iterator, "_num_workers", 0)
+        self._told = False
+
+    @classmethod
+    def of_caller(cls, sampler: Any, start: int) -> Optional["_LoaderView"]:
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+        frame = sys._getframe(2)  # past __iter__ and of_caller
+        for _ in range(5):
+            if frame is None:
+                return None
+            iterator = frame.f_locals.get("self")
+            if isinstance(iterator, _BaseDataLoaderIter):
+                break
+            frame = frame.f_back
+        else:
+            return None
+        index_sampler = getattr(iterator, "_index_sampler", None)
+        if index_sampler is sampler:
+            per_batch = 1  # batch_size=None: one sample an item
+        elif getattr(index_sampler, "sampler", None) is sampler and \
+                isinstance(getattr(index_sampler, "batch_size", None), int):
+            per_batch = index_sampler.batch_size
+        else:
+            if getattr(iterator, "_num_workers", 0) > 0 and not cls._warned:
+                cls._warned = True
+                warnings.warn(
+                    f"slurmddp: DistributedSampler is iterated by a DataLoader through "
+                    f"{type(index_sampler).__name__}, whose batches it cannot count; its "
+                    f"state_dict() counts the indices handed out, which includes what the "
+                    f"workers prefetched: pass state_dict(position=<samples trained on>) for "
+                    f"an exact resume", stacklevel=4)
+            return None
+        if not isinstance(getattr(iterator, "_num_yielded", None), int):
+            return None
+        return cls(iterator, start, per_batch)
+
+    def consumed(self, handed: int) -> Optional[int]:
+        iterator = self._iterator()
+        if iterator is not None:
+            return self._start + iterator._num_yielded * self._per_batch
+        # The iteration was dropped before the end of the epoch (a break out
+        # of the loop): what its workers had prefetched is no longer known.
+        if self._workers > 0 and not self._told:
+            self._told = True
+            warnings.warn(
+                f"slurmddp: DistributedSampler.state_dict(): the DataLoader iteration that drew "
+                f"from this sampler was dropped mid-epoch (a break out of the loop?); the "
+                f"position counts the {handed} indices handed out, including batches its "
+                f"{self._workers} workers had prefetched: save inside the loop, or pass "
+                f"state_dict(position=<samples trained on>)", stacklevel=4)
+        return None
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:

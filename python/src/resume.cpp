@@ -80,6 +80,10 @@ records the first signal and calls the handler installed before it.)doc")
           py::arg("signal"))
       .def(
           "agree", [](StopHandlers& h, int signal) { h.get().agree(signal); }, py::arg("signal"))
+      .def(
+          "reinstall", [](StopHandlers& h) { return h.get().reinstall(); },
+          "Puts the handlers back in front of handlers installed after them (which they "
+          "then call); returns the signals whose handler had been replaced.")
       .def("close", &StopHandlers::close);
 
   m.def(

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "comm/scalar_channel.h"
 #include "common/log.h"
@@ -23,7 +24,10 @@ const char* const kComponent = "stop";
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the handler needs a lock-free flag");
 constexpr int kMaxSignal = 65;
-std::array<struct sigaction, kMaxSignal> g_previous{};
+// Two slots a signal: reinstall() writes the one the handler does not read,
+// then switches (Note [Handlers installed after ours]).
+std::array<std::array<struct sigaction, 2>, kMaxSignal> g_previous{};
+std::array<std::atomic<int>, kMaxSignal> g_slot{};
 std::array<std::atomic<bool>, kMaxSignal> g_installed{};
 // Note [UCX's debug signal]: previous handlers not to call.
 std::array<std::atomic<bool>, kMaxSignal> g_skip_previous{};
@@ -36,7 +40,8 @@ void on_signal(int sig, siginfo_t* info, void* context) {
   g_signal.compare_exchange_strong(expected, sig, std::memory_order_relaxed);
   if (sig <= 0 || sig >= kMaxSignal) return;
   if (g_skip_previous[static_cast<size_t>(sig)].load(std::memory_order_relaxed)) return;
-  const struct sigaction& prev = g_previous[static_cast<size_t>(sig)];
+  const auto i = static_cast<size_t>(sig);
+  const struct sigaction& prev = g_previous[i][static_cast<size_t>(g_slot[i].load())];
   if ((prev.sa_flags & SA_SIGINFO) != 0) {
     if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, context);
   } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN &&
@@ -98,13 +103,14 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
       act.sa_sigaction = on_signal;
       act.sa_flags = SA_SIGINFO | SA_RESTART;
       sigemptyset(&act.sa_mask);
-      if (sigaction(s, &act, &g_previous[i]) != 0) {
+      g_slot[i].store(0);
+      if (sigaction(s, &act, &g_previous[i][0]) != 0) {
         int err = errno;
         restore();
         throw Error("StopSignal: failed to install a handler for " + signal_name(s) + ": " +
                     strerror(err));
       }
-      const char* ucx = ucx_debug_handler(g_previous[i]);
+      const char* ucx = ucx_debug_handler(g_previous[i][0]);
       g_skip_previous[i].store(ucx != nullptr);
       if (ucx != nullptr) {
         SLURMDDP_LOG_INFO(kComponent, signal_name(s)
@@ -138,6 +144,12 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
           "StopSignal::should_stop: no communicator; pass one to the constructor or attach()");
     }
     if (step % options_.check_every != 0) return false;
+    for (int s : reinstall()) {
+      SLURMDDP_LOG_WARN(kComponent, "a handler for " << signal_name(s)
+                                                     << " was installed after the StopSignal's; "
+                                                        "the StopSignal's is back in front and "
+                                                        "calls it after recording the signal");
+    }
     int mine = g_signal.load(std::memory_order_relaxed);
     auto any = static_cast<int>(channel_->max(mine));
     if (any != 0 && agreed_ == 0) {
@@ -147,6 +159,41 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
                                         << (mine != 0 ? " (received here)" : " (on another rank)"));
     }
     return any != 0;
+  }
+
+  // Note [Handlers installed after ours]
+  //   A library that installs its own handler for one of the signals after
+  //   the StopSignal (Python's signal.signal, as Lightning and submitit do)
+  //   replaces ours silently, and the job then dies at its time limit without
+  //   a checkpoint. So each check looks at the installed handlers; one that is
+  //   not ours becomes the handler ours calls after recording the signal, and
+  //   ours is put back in front: both see the signal. The handler reads the
+  //   previous handler from one of two slots and the new one is written to the
+  //   other before the switch, so a signal arriving meanwhile calls a whole
+  //   one. Returns the signals whose handler was replaced.
+  std::vector<int> reinstall() {
+    std::vector<int> replaced;
+    std::lock_guard<std::mutex> lock(g_owner_mutex);
+    for (size_t i = 0; i < g_installed.size(); ++i) {
+      if (!g_installed[i].load()) continue;
+      struct sigaction now {};
+      if (sigaction(static_cast<int>(i), nullptr, &now) != 0) continue;
+      if ((now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == on_signal) continue;
+      const int next = 1 - g_slot[i].load();
+      g_previous[i][static_cast<size_t>(next)] = now;
+      g_skip_previous[i].store(ucx_debug_handler(now) != nullptr);
+      g_slot[i].store(next);
+      struct sigaction act {};
+      act.sa_sigaction = on_signal;
+      act.sa_flags = SA_SIGINFO | SA_RESTART;
+      sigemptyset(&act.sa_mask);
+      if (sigaction(static_cast<int>(i), &act, nullptr) != 0) {
+        throw Error("StopSignal: failed to reinstall the handler for " +
+                    signal_name(static_cast<int>(i)) + ": " + strerror(errno));
+      }
+      replaced.push_back(static_cast<int>(i));
+    }
+    return replaced;
   }
 
   int agreed() const { return agreed_; }
@@ -169,7 +216,8 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
   void restore() {
     for (size_t i = 0; i < g_installed.size(); ++i) {
       if (!g_installed[i].load()) continue;
-      sigaction(static_cast<int>(i), &g_previous[i], nullptr);
+      sigaction(static_cast<int>(i), &g_previous[i][static_cast<size_t>(g_slot[i].load())],
+                nullptr);
       g_installed[i].store(false);
     }
   }
@@ -211,6 +259,10 @@ int StopSignal::agreed_signal() const {
 
 void StopSignal::agree(int signal) {
   impl_->agree(signal);
+}
+
+std::vector<int> StopSignal::reinstall() {
+  return impl_->reinstall();
 }
 
 void StopSignal::request(int signal) {

@@ -16,6 +16,14 @@ requeue_and_exit) over torch's Gloo group on loopback. argv: mode, init method
                              inside the write of its file for step N
   load DIR SCOPE             (PER_JOB=1: in DIR/job-<id>) prints "rank R loaded STEP state=... position=P" or
                              "rank R loaded none"
+  loader DIR STEPS SIGNAL_AT WORKERS
+                             "train" over a DataLoader of a dataset with
+                             WORKERS worker processes (prefetching), the
+                             docs' five lines; prints the samples trained on
+                             ("rank R samples ...") and the parameters' sha256
+  unsafe DIR                 saves a state holding a numpy array (weights_only)
+  desync DIR                 checks stop at steps 1..6; rank 1 skips step 3
+  late DIR                   a signal.signal handler installed after StopSignal()
 """
 import hashlib
 import os
@@ -96,6 +104,62 @@ def train(rank, directory, steps, signal_at):
     print(f"rank {rank} sha256 {digest.hexdigest()}", flush=True)
 
 
+class Samples(torch.utils.data.Dataset):
+    """Sample i: a fixed input and label from a generator seeded by i."""
+
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(32, generator=g), int(torch.randint(0, 4, (1,), generator=g)), i
+
+
+def loader(rank, world, directory, steps, signal_at, workers):
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    stop = slurmddp.StopSignal()
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sampler = slurmddp.torch.DistributedSampler(Samples(), shuffle=True, seed=3)
+    data = torch.utils.data.DataLoader(Samples(), batch_size=4, sampler=sampler,
+                                       num_workers=workers)
+    ckpt = slurmddp.Checkpointer(directory)
+    step, epoch = 0, 0
+    if (c := ckpt.load_latest()) is not None:
+        slurmddp.torch.settle_ddp(model, torch.zeros(1, 32))
+        model.module.load_state_dict(c.state["model"])
+        opt.load_state_dict(c.state["opt"])
+        sampler.load_state_dict(c.sampler)
+        step, epoch = c.step, sampler.epoch
+        print(f"rank {rank} resumed at {step} epoch {epoch} position {c.sampler['position']}",
+              flush=True)
+    while step < steps:
+        sampler.set_epoch(epoch)
+        for x, y, i in data:
+            if rank == 1 and step + 1 == signal_at:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            step += 1
+            print(f"rank {rank} samples {' '.join(map(str, i.tolist()))}", flush=True)
+            if stop.should_stop(step):
+                ckpt.save(step, {"model": model.module.state_dict(), "opt": opt.state_dict()},
+                          sampler=sampler)
+                print(f"rank {rank} stopped at {step}", flush=True)
+                slurmddp.requeue_and_exit()
+            if step == steps:
+                break
+        epoch += 1
+    digest = hashlib.sha256()
+    for p in model.module.parameters():
+        digest.update(p.detach().numpy().tobytes())
+    print(f"rank {rank} sha256 {digest.hexdigest()}", flush=True)
+
+
 class Position:
     """A sampler stand-in: the state_dict a slurmddp.torch.DistributedSampler gives."""
 
@@ -130,6 +194,39 @@ def main():
         for step in map(int, sys.argv[5:]):
             ckpt.save(step, {"rank": rank, "step": step}, sampler=Position(world, rank, step))
         print(f"rank {rank} saved", flush=True)
+    elif mode == "loader":
+        loader(rank, world, directory, *map(int, sys.argv[4:7]))
+    elif mode == "unsafe":
+        import numpy
+        ckpt = slurmddp.Checkpointer(directory)
+        try:
+            ckpt.save(1, {"weights": numpy.ones(3)})
+        except slurmddp.Error as e:
+            print(f"rank {rank} {type(e).__name__}: {e}", flush=True)
+            sys.exit(3)
+    elif mode == "desync":
+        stop = slurmddp.StopSignal()
+        try:
+            for step in range(1, 7):
+                if rank == 1 and step == 3:
+                    continue
+                stop.should_stop(step)
+            stop.close()
+        except slurmddp.Error as e:
+            print(f"rank {rank} error: {e}", flush=True)
+            sys.exit(3)
+    elif mode == "late":
+        seen = []
+        stop = slurmddp.StopSignal()
+        signal.signal(signal.SIGUSR1, lambda s, f: seen.append(s))  # e.g. a trainer's
+        stop.should_stop(1)  # puts StopSignal's back in front
+        if rank == 0:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        step = 2
+        while not stop.should_stop(step) and step < 20:
+            step += 1
+        print(f"rank {rank} stopped at {stop.stopped_at} on {stop.signal_name or '-'}; later "
+              f"handler called {len(seen)} times", flush=True)
     elif mode == "load":
         ckpt = slurmddp.Checkpointer(directory, scope=sys.argv[4], per_job=per_job)
         try:

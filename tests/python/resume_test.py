@@ -81,6 +81,66 @@ class ExactResume(unittest.TestCase):
                                  next(iter(want)))
 
 
+class WithDataLoaderWorkers(unittest.TestCase):
+    """The docs' five lines over a DataLoader whose workers prefetch: the
+    resumed run trains on exactly the samples the uninterrupted one did."""
+
+    def samples(self, out, r):
+        return [line.split()[3:] for line in out[r][1].splitlines() if " samples " in line]
+
+    def test_stopped_and_resumed_with_two_workers_is_bit_identical(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            ref = run(2, "loader", "slurmddp", os.path.join(tmp, "ref"), 20, 0, 2)
+            ck = os.path.join(tmp, "ck")
+            first = run(2, "loader", "slurmddp", ck, 20, 7, 2)
+            second = run(2, "loader", "slurmddp", ck, 20, 0, 2)
+            for r in range(2):
+                self.assertEqual(first[r][0], 75, first[r][2])
+                self.assertIn(f"rank {r} stopped at 8", first[r][1])
+                self.assertEqual(second[r][0], 0, second[r][2])
+                # 12 batches of 4 an epoch (96 samples, 2 ranks): step 8 is
+                # mid-epoch, with 2 workers x 2 batches prefetched past it
+                self.assertIn(f"rank {r} resumed at 8 epoch 0 position 32", second[r][1])
+                self.assertEqual(self.samples(first, r) + self.samples(second, r),
+                                 self.samples(ref, r))
+                self.assertEqual(re.search(r"sha256 (\w+)", second[r][1]).group(1),
+                                 re.search(r"sha256 (\w+)", ref[r][1]).group(1))
+
+
+class Agreement(unittest.TestCase):
+    def test_ranks_that_check_at_different_steps_fail_naming_them(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run(2, "desync", "slurmddp", tmp)
+            for r, (code, o, e) in out.items():
+                self.assertEqual(code, 3, o + e)
+                self.assertRegex(o, rf"rank {r} error: StopSignal.should_stop: the ranks checked "
+                                 rf"at different steps: step 3 on rank 0 \(\S+\); step 4 on "
+                                 rf"rank 1 \(\S+\)\. Every rank must call should_stop\(\) with "
+                                 rf"the same step numbers")
+
+    def test_a_handler_installed_later_still_sees_the_signal_and_stop_agrees(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run(2, "late", "slurmddp", tmp)
+            for r, (code, o, e) in out.items():
+                self.assertEqual(code, 0, e)
+                # check 2 carries rank 0's signal, check 3 reads it
+                self.assertIn(f"rank {r} stopped at 3 on SIGUSR1; later handler called "
+                              f"{1 if r == 0 else 0} times", o)
+                self.assertIn("a handler for SIGUSR1 was installed after StopSignal()", e)
+
+    def test_a_state_torch_could_not_load_is_refused_at_save_naming_it(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run(2, "unsafe", "slurmddp", tmp)
+            for r, (code, o, e) in out.items():
+                self.assertEqual(code, 3, o + e)
+            self.assertRegex(out[0][1], r"rank 0 InvalidArgument: Checkpointer.save: the state of "
+                             r"step 1 holds .*numpy\.ndarray.*, which torch.load\(weights_only="
+                             r"True\) refuses")
+            self.assertRegex(out[1][1], r"rank 1 Error: Checkpointer.save: step 1 failed on "
+                             r"another rank: rank 0: Checkpointer.save: the state of step 1 holds")
+            self.assertFalse(os.path.exists(os.path.join(tmp, "local", "step-1", "COMPLETE")))
+
+
 class Checkpoints(unittest.TestCase):
     def loaded(self, out):
         return {r: o.strip() for r, (_, o, _) in out.items()}
@@ -157,6 +217,29 @@ class Checkpoints(unittest.TestCase):
             out = run(3, "load", "slurmddp", tmp, "rank0")
             for r in range(3):
                 self.assertEqual(self.loaded(out)[r], f"rank {r} loaded 3 state=0,3 position=3")
+
+    def test_saving_a_step_again_killed_midway_leaves_no_mix(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run(3, "save", "slurmddp", tmp, "rank0", 3, 6)
+            # step 6 again (its rank files replaced one by one), rank 2 killed in its write
+            out = run(3, "save", "slurmddp", tmp, "rank0", 6, KILL_AT=6)
+            self.assertEqual(out[2][0], -signal.SIGKILL)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "step-6", "COMPLETE")))
+            out = run(3, "load", "slurmddp", tmp, "rank0")
+            for r in range(3):
+                self.assertEqual(self.loaded(out)[r], f"rank {r} loaded 3 state=0,3 position=3")
+
+    def test_a_fresh_start_beside_other_jobs_checkpoints_says_so(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run(2, "save", "slurmddp", tmp, "rank0", 4, PER_JOB=1, SLURM_JOB_ID="1234")
+            out = run(2, "load", "slurmddp", tmp, "rank0", PER_JOB=1, SLURM_JOB_ID="99")
+            self.assertEqual(self.loaded(out), {0: "rank 0 loaded none", 1: "rank 1 loaded none"})
+            self.assertIn(f"slurmddp: starting from scratch: no checkpoint of this run (99) in "
+                          f"{tmp}/job-99, while {tmp} holds checkpoints of other jobs: job-1234 "
+                          f"(step 4). A job submitted again by hand is a new run; to continue "
+                          f"one, pass its directory: Checkpointer('{tmp}/job-1234', "
+                          f"per_job=False)", out[0][2])
+            self.assertNotIn("starting from scratch", out[1][2])
 
     def test_a_checkpoint_of_another_world_size_or_run_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -206,6 +206,49 @@ class DataLoaderAndErrors(unittest.TestCase):
         b = [b.tolist() for b in tud.DataLoader(ds, batch_size=10, sampler=theirs)]
         self.assertEqual(a, b)
 
+    def test_the_position_counts_what_the_loader_yielded_not_what_workers_prefetched(self):
+        # Note [What the training consumed]
+        ds = IndexDataset(200)
+        whole = list(sdt.DistributedSampler(ds, 2, 1, seed=4))
+        for kw in (dict(num_workers=0, batch_size=4), dict(num_workers=2, batch_size=4),
+                   dict(num_workers=2, batch_size=4, persistent_workers=True, prefetch_factor=3),
+                   dict(num_workers=0, batch_size=None)):
+            with self.subTest(**kw):
+                sampler = sdt.DistributedSampler(ds, 2, 1, seed=4)
+                loader = tud.DataLoader(ds, sampler=sampler, **kw)
+                seen = []
+                for n, b in enumerate(loader, 1):
+                    seen += [int(i) for i in (b.tolist() if kw["batch_size"] else [b])]
+                    if n == 5:
+                        state = sampler.state_dict()
+                        break
+                self.assertEqual(state["position"], len(seen))
+                again = sdt.DistributedSampler(ds, 2, 1, seed=4)
+                again.load_state_dict(state)
+                rest = [int(i) for b in tud.DataLoader(ds, sampler=again, batch_size=4)
+                        for i in b.tolist()]
+                self.assertEqual(seen + rest, whole)
+
+    def test_a_loader_it_cannot_count_or_one_dropped_mid_epoch_is_said(self):
+        ds = IndexDataset(200)
+        sampler = sdt.DistributedSampler(ds, 2, 0)
+
+        class Pairs:  # a batch sampler of its own, without a batch_size
+            def __iter__(self):
+                it = iter(sampler)
+                return iter(lambda: [i for _, i in zip(range(2), it)], [])
+
+        batches = Pairs()
+        with self.assertWarnsRegex(UserWarning, "through Pairs, whose batches it cannot count"):
+            next(iter(tud.DataLoader(ds, batch_sampler=batches, num_workers=1)))
+        sampler = sdt.DistributedSampler(ds, 2, 0)
+        for n, _ in enumerate(tud.DataLoader(ds, sampler=sampler, batch_size=4, num_workers=1)):
+            if n == 2:
+                break
+        with self.assertWarnsRegex(UserWarning, "was dropped mid-epoch"):
+            self.assertGreaterEqual(sampler.state_dict()["position"], 12)
+        self.assertEqual(sampler.state_dict(position=12)["position"], 12)
+
     def test_dataloader_batches_are_torchs(self):
         ds = IndexDataset(10_007)
         ours = sdt.DistributedSampler(ds, 3, 1, seed=9, drop_last=True)

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
+#include <vector>
+
 #include "fake_group.h"
 #include "slurmddp/error.h"
 
@@ -116,6 +119,45 @@ TEST(StopSignal, AStopAgreedElsewhereIgnoresTheSignalsOnTheWayOut) {
   ASSERT_EQ(sigaction(SIGUSR2, nullptr, &now), 0);
   EXPECT_EQ(now.sa_handler, SIG_IGN);
   sigaction(SIGUSR2, &saved, nullptr);
+}
+
+std::atomic<int> g_later_calls{0};
+void later_handler(int) {
+  g_later_calls.fetch_add(1);
+}
+
+// Note [Handlers installed after ours]: a handler installed after the
+// StopSignal's (as Python's signal.signal does for Lightning) is found at the
+// next check and called after ours; both see the signal.
+TEST(StopSignal, AHandlerInstalledLaterIsCalledAfterOursFromTheNextCheck) {
+  g_later_calls = 0;
+  {
+    StopOptions o;
+    o.signals = {SIGUSR1};
+    StopSignal stop(solo(), o);
+    struct sigaction later {};
+    later.sa_handler = later_handler;
+    sigemptyset(&later.sa_mask);
+    struct sigaction ours {};
+    ASSERT_EQ(sigaction(SIGUSR1, &later, &ours), 0);
+    EXPECT_EQ(stop.reinstall(), std::vector<int>{SIGUSR1});
+    EXPECT_EQ(stop.reinstall(), std::vector<int>{});  // in front again: nothing to do
+    struct sigaction now {};
+    ASSERT_EQ(sigaction(SIGUSR1, nullptr, &now), 0);
+    EXPECT_EQ(now.sa_sigaction, ours.sa_sigaction);
+    raise(SIGUSR1);
+    EXPECT_EQ(g_later_calls.load(), 1);
+    EXPECT_EQ(stop.local_signal(), SIGUSR1);
+    // and should_stop() does the same on its own
+    ASSERT_EQ(sigaction(SIGUSR1, &later, nullptr), 0);
+    EXPECT_TRUE(stop.should_stop(1));
+    ASSERT_EQ(sigaction(SIGUSR1, nullptr, &now), 0);
+    EXPECT_EQ(now.sa_sigaction, ours.sa_sigaction);
+  }
+  // closed after the agreed stop: the signal is ignored, nothing is called
+  raise(SIGUSR1);
+  EXPECT_EQ(g_later_calls.load(), 1);
+  signal(SIGUSR1, SIG_DFL);
 }
 
 TEST(StopSignal, ChecksOnlyAtMultiplesOfCheckEvery) {
