@@ -16,7 +16,9 @@ PyTorch users import ``slurmddp.torch``: a drop-in
 (``slurmddp.resume``, imported on first use: it needs torch),
 ``slurmddp.StopSignal``, ``slurmddp.Checkpointer``, ``slurmddp.requeue()``,
 ``slurmddp.requeue_and_exit()``, ``slurmddp.EXIT_REQUEUE``,
-``slurmddp.run_id()`` and ``slurmddp.restart_count()``.
+``slurmddp.run_id()`` and ``slurmddp.restart_count()``; for sharded state
+(FSDP, DTensor) through torch.distributed.checkpoint,
+``slurmddp.ShardedCheckpointer`` (``slurmddp.sharded``).
 """
 from typing import Any
 
@@ -54,6 +56,7 @@ __all__ = [
 _RESUME = ("EXIT_REQUEUE", "Checkpointer", "Resumed", "StopSignal", "requeue", "requeue_and_exit",
            "restart_count", "run_id")
 __all__ += _RESUME
+__all__ += ["ShardedCheckpointer"]  # slurmddp.sharded (torch.distributed.checkpoint)
 
 
 def __getattr__(name: str) -> Any:
@@ -61,4 +64,7 @@ def __getattr__(name: str) -> Any:
     if name in _RESUME:
         from . import resume
         return getattr(resume, name)
+    if name == "ShardedCheckpointer":
+        from . import sharded
+        return sharded.ShardedCheckpointer
     raise AttributeError(f"module 'slurmddp' has no attribute {name!r}")
