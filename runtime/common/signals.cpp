@@ -52,4 +52,12 @@ int signal_number(std::string_view abbrev) {
   return 0;
 }
 
+bool restore_if_ours(int signal, void (*ours)(int, siginfo_t*, void*),
+                     const struct sigaction& previous) {
+  struct sigaction now {};
+  if (sigaction(signal, nullptr, &now) != 0) return false;
+  if ((now.sa_flags & SA_SIGINFO) == 0 || now.sa_sigaction != ours) return false;
+  return sigaction(signal, &previous, nullptr) == 0;
+}
+
 }  // namespace slurmddp::common

@@ -74,6 +74,17 @@ std::optional<int> parse_report_signal(const char* variable, const std::string& 
     case SIGPIPE:
       throw InvalidArgument(std::string(variable) + "=" + value + " (" + signal_name(sig) +
                             ") cannot ask for a report" + expected);
+    case SIGTERM:
+    case SIGUSR1:
+    case SIGUSR2:
+    case SIGHUP:
+    case SIGINT:
+      // Note [Report signal]: a stop signal asking for a report would be taken
+      // by StopSignal's handler too, or, once StopSignal restores it, end the job
+      throw InvalidArgument(std::string(variable) + "=" + value + " (" + signal_name(sig) +
+                            ") is a signal that stops the job (Slurm's preemption and time-limit "
+                            "signals, StopSignal's; SIGINT ends the program)" +
+                            expected);
     default:
       return sig;
   }
@@ -113,7 +124,7 @@ ReportSignal::ReportSignal(int signal) : signal_(signal) {
 ReportSignal::~ReportSignal() {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (--g_users > 0) return;
-  sigaction(g_installed, &g_previous, nullptr);
+  common::restore_if_ours(g_installed, on_signal, g_previous);  // Note [Restoring a handler]
   g_installed = 0;
 }
 

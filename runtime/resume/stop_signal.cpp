@@ -216,8 +216,9 @@ class __attribute__((visibility("hidden"))) StopSignal::Impl {
   void restore() {
     for (size_t i = 0; i < g_installed.size(); ++i) {
       if (!g_installed[i].load()) continue;
-      sigaction(static_cast<int>(i), &g_previous[i][static_cast<size_t>(g_slot[i].load())],
-                nullptr);
+      // Note [Restoring a handler]: a handler installed after ours stays
+      common::restore_if_ours(static_cast<int>(i), on_signal,
+                              g_previous[i][static_cast<size_t>(g_slot[i].load())]);
       g_installed[i].store(false);
     }
   }

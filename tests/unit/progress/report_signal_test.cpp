@@ -15,9 +15,9 @@ using ::testing::HasSubstr;
 
 TEST(ReportSignal, NamesAndNumbersAreSignalsAndNoneIsNone) {
   EXPECT_EQ(parse_report_signal("V", "URG"), SIGURG);
-  EXPECT_EQ(parse_report_signal("V", "sigusr2"), SIGUSR2);
-  EXPECT_EQ(parse_report_signal("V", "SIGWINCH"), SIGWINCH);
-  EXPECT_EQ(parse_report_signal("V", std::to_string(SIGUSR1)), SIGUSR1);
+  EXPECT_EQ(parse_report_signal("V", "sigwinch"), SIGWINCH);
+  EXPECT_EQ(parse_report_signal("V", "SIGTTOU"), SIGTTOU);
+  EXPECT_EQ(parse_report_signal("V", std::to_string(SIGURG)), SIGURG);
   EXPECT_EQ(parse_report_signal("V", "none"), std::nullopt);
   EXPECT_EQ(parse_report_signal("V", "0"), std::nullopt);
 }
@@ -40,6 +40,49 @@ TEST(ReportSignal, ABadValueNamesTheVariableTheValueAndWhatIsExpected) {
   }
   EXPECT_THROW(parse_report_signal("V", "999"), InvalidArgument);
   EXPECT_THROW(parse_report_signal("V", "-5"), InvalidArgument);
+}
+
+// Note [Report signal]: a signal that stops the job cannot also ask for a
+// report (with StopSignal it would request a stop, or end the job by its
+// default action once StopSignal restored it).
+TEST(ReportSignal, TheStopSignalsCannotAskForAReport) {
+  for (const char* v : {"TERM", "usr1", "SIGUSR2", "HUP", "INT"}) {
+    try {
+      parse_report_signal("SLURMDDP_REPORT_SIGNAL", v);
+      ADD_FAILURE() << v << ": no error";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr(std::string("SLURMDDP_REPORT_SIGNAL=") + v + " (SIG"));
+      EXPECT_THAT(e.what(), HasSubstr("is a signal that stops the job"));
+      EXPECT_THAT(e.what(), HasSubstr("default URG"));
+    }
+  }
+  EXPECT_THROW(parse_report_signal("V", std::to_string(SIGTERM)), InvalidArgument);
+}
+
+int g_later_calls = 0;
+void later_handler(int) {
+  ++g_later_calls;
+}
+
+// Note [Restoring a handler]: a handler installed after the report signal's
+// stays when the last ReportSignal goes.
+TEST(ReportSignal, AHandlerInstalledLaterStaysWhenItIsRemoved) {
+  struct sigaction saved {};
+  ASSERT_EQ(sigaction(SIGWINCH, nullptr, &saved), 0);
+  {
+    ReportSignal r(SIGWINCH);
+    struct sigaction later {};
+    later.sa_handler = later_handler;
+    sigemptyset(&later.sa_mask);
+    ASSERT_EQ(sigaction(SIGWINCH, &later, nullptr), 0);
+  }
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGWINCH, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, later_handler);
+  g_later_calls = 0;
+  raise(SIGWINCH);
+  EXPECT_EQ(g_later_calls, 1);
+  sigaction(SIGWINCH, &saved, nullptr);
 }
 
 int g_previous_calls = 0;

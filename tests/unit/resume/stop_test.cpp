@@ -160,6 +160,28 @@ TEST(StopSignal, AHandlerInstalledLaterIsCalledAfterOursFromTheNextCheck) {
   signal(SIGUSR1, SIG_DFL);
 }
 
+// Note [Restoring a handler]: closing without an agreed stop restores the
+// handler found at install only while ours is installed; one installed later
+// stays.
+TEST(StopSignal, AHandlerInstalledLaterStaysWhenTheStopSignalCloses) {
+  g_later_calls = 0;
+  {
+    StopOptions o;
+    o.signals = {SIGUSR2};
+    StopSignal stop(solo(), o);
+    struct sigaction later {};
+    later.sa_handler = later_handler;
+    sigemptyset(&later.sa_mask);
+    ASSERT_EQ(sigaction(SIGUSR2, &later, nullptr), 0);
+  }
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGUSR2, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, later_handler);
+  raise(SIGUSR2);
+  EXPECT_EQ(g_later_calls.load(), 1);
+  signal(SIGUSR2, SIG_DFL);
+}
+
 TEST(StopSignal, ChecksOnlyAtMultiplesOfCheckEvery) {
   auto group = std::make_shared<testing::FakeGroup>(1);
   StopOptions o;
