@@ -44,6 +44,14 @@ std::string sharing_asked(const membership::Record& x, const membership::Record&
   return "";
 }
 
+// The note for ranks x and y that share `gpu` as asked.
+std::string shared_note(const launch::NodeRankGpus& x, const launch::NodeRankGpus& y,
+                        const std::string& node, const std::string& gpu, const std::string& asked) {
+  return "ranks " + std::to_string(x.rank) + " and " + std::to_string(y.rank) + " on node " + node +
+         " share one GPU (" + gpu + ") as asked (" + asked + "): rank " + std::to_string(x.rank) +
+         " sees " + x.list_text + ", rank " + std::to_string(y.rank) + " sees " + y.list_text;
+}
+
 }  // namespace
 
 NodeGpuOutcome settle_node_gpus(const ProcessIdentity& id, const membership::Membership& group,
@@ -87,12 +95,7 @@ NodeGpuOutcome settle_node_gpus(const ProcessIdentity& id, const membership::Mem
     const auto& y = view[s.b];
     const std::string asked = sharing_asked(records[s.a], records[s.b]);
     if (!asked.empty()) {
-      if (out.shared.empty()) {
-        out.shared = "ranks " + std::to_string(x.rank) + " and " + std::to_string(y.rank) +
-                     " on node " + node + " share one GPU (" + s.gpu + ") as asked (" + asked +
-                     "): rank " + std::to_string(x.rank) + " sees " + x.list_text + ", rank " +
-                     std::to_string(y.rank) + " sees " + y.list_text;
-      }
+      if (out.shared.empty()) out.shared = shared_note(x, y, node, s.gpu, asked);
       continue;
     }
     out.conflict = "ranks " + std::to_string(x.rank) + " and " + std::to_string(y.rank) +
