@@ -4,7 +4,7 @@
 // float32 parameters, 102 MB of gradients), in one run.
 //
 //   gpu_grad_sync_bench [--ranks N] [--model resnet50|bert] [-r REPS] [-w WARMUP]
-//                       [--backward-ms MS] [--timeout-ms MS]
+//                       [--backward-ms MS] [--timeout-ms MS] [--dry-run]
 //
 // One process per rank (--ranks N starts them; rank r uses device r modulo the
 // visible devices). Experiments, alternated within every repetition so that
@@ -24,6 +24,10 @@
 // Correctness: after the last repetition every gradient of both GradSync
 // variants is compared with its closed-form average; any difference makes the
 // exit status 1. Exit 77 without a CUDA device (and only then).
+// --dry-run: what a rank does before its first CUDA call, on any machine: the
+// options, the model's parameter list as both variants register it and
+// GradSync's checks of them (Note [Checks before the device] in
+// runtime/grad_sync/arguments.h); exit 0, or 1 saying what failed.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +35,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,7 +54,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using slurmddp::Backend;
 using slurmddp::DataType;
+using slurmddp::DeviceKind;
 using slurmddp::ReduceOp;
 using slurmddp::bench::spread_of;
 using Stat = slurmddp::bench::Spread;
@@ -59,13 +67,19 @@ struct Args : slurmddp::bench::RankOptions {
   int warmup = 2;
   double backward_ms = 0;  // 0: the flat allreduce's median (communication fully hideable)
   long timeout_ms = 120000;
+  bool dry_run = false;
 };
+
+// The communicator's kind (make_nccl_communicator's): where GradSync wants
+// the parameters. Rank checks it against the communicator it built.
+constexpr Backend kBackend = Backend::kNccl;
+constexpr DeviceKind kDevice = DeviceKind::kCuda;
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "gpu_grad_sync_bench: %s\nusage: gpu_grad_sync_bench [--ranks N] "
                "[--model resnet50|bert] [-r REPS] [-w WARMUP] [--backward-ms MS] "
-               "[--timeout-ms MS]\n",
+               "[--timeout-ms MS] [--dry-run]\n",
                why.c_str());
   std::exit(2);
 }
@@ -74,6 +88,10 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
+    if (k == "--dry-run") {
+      a.dry_run = true;
+      continue;
+    }
     if (i + 1 >= argc) usage("missing value after " + k);
     const std::string v = argv[++i];
     if (a.take(k, v)) continue;  // the launcher's, not forwarded
@@ -107,6 +125,61 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
+// The parameters a GradSync registers, one per spec, on the GPU: the spec's
+// slice of the parameter memory (data(offset)) and, for the copies variant,
+// of the gradient memory (grad(offset)); the views variant keeps gradients in
+// bucket memory (grad null).
+std::vector<slurmddp::GradParameter> parameters(
+    const std::vector<slurmddp::bench::ParamSpec>& specs, const std::function<void*(size_t)>& data,
+    const std::function<void*(size_t)>& grad) {
+  std::vector<slurmddp::GradParameter> out;
+  size_t off = 0;
+  for (const auto& s : specs) {
+    slurmddp::GradParameter p;
+    p.name = s.name;
+    p.data = data(off);
+    p.grad = grad ? grad(off) : nullptr;
+    p.count = s.count;
+    p.device = kDevice;
+    out.push_back(p);
+    off += s.count;
+  }
+  return out;
+}
+
+slurmddp::GradSyncOptions sync_options(bool views, cudaStream_t compute) {
+  slurmddp::GradSyncOptions o;
+  o.gradient_as_bucket_view = views;
+  o.cuda_stream = compute;
+  o.broadcast_parameters = false;
+  return o;
+}
+
+std::vector<slurmddp::bench::ParamSpec> model_specs(const Args& a) {
+  return a.model == "bert" ? slurmddp::bench::bert_base() : slurmddp::bench::resnet50();
+}
+
+// --dry-run: a rank's work up to its first CUDA call, with placeholders for
+// the device memory (GradSync's checks read none of it).
+int dry_run(const Args& a) {
+  static float placeholder = 0;
+  const std::function<void*(size_t)> at = [](size_t) -> void* { return &placeholder; };
+  const std::function<void*(size_t)> none;  // views: gradients in bucket memory
+  const auto specs = model_specs(a);
+  size_t total = 0;
+  for (const auto& s : specs) total += s.count;
+  for (const bool views : {true, false}) {
+    slurmddp::GradSync::check_arguments(parameters(specs, at, views ? none : at),
+                                        sync_options(views, nullptr), kBackend, kDevice);
+  }
+  std::printf(
+      "# dry run: --ranks %d, model %s: %zu tensors, %zu parameters; GradSync's checks passed "
+      "for both variants (views, copies) on %s (%s); stopping before the first CUDA call\n",
+      a.ranks, a.model.c_str(), specs.size(), total, slurmddp::to_string(kBackend),
+      slurmddp::to_string(kDevice));
+  return 0;
+}
+
 class Rank {
  public:
   Rank(const Args& a, int devices) : a_(a), rank_(a.my_rank()) {
@@ -122,35 +195,27 @@ class Rank {
     o.prefix = "bench/gpu_grad_sync";
     o.timeout = std::chrono::milliseconds(a.timeout_ms);
     comm_ = std::shared_ptr<slurmddp::Communicator>(slurmddp::make_nccl_communicator(o));
+    if (comm_->backend() != kBackend || comm_->device() != kDevice) {
+      throw slurmddp::InvalidArgument(
+          std::string("gpu_grad_sync_bench: the communicator is ") +
+          slurmddp::to_string(comm_->backend()) + " (" + slurmddp::to_string(comm_->device()) +
+          "); the dry run checks the parameters for " + slurmddp::to_string(kBackend) + " (" +
+          slurmddp::to_string(kDevice) + ")");
+    }
     check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "create the compute stream");
-    specs_ = a.model == "bert" ? slurmddp::bench::bert_base() : slurmddp::bench::resnet50();
+    specs_ = model_specs(a);
     for (const auto& s : specs_) total_ += s.count;
     check(cudaMalloc(reinterpret_cast<void**>(&flat_), total_ * sizeof(float)), "allocate");
     check(cudaMalloc(reinterpret_cast<void**>(&params_), total_ * sizeof(float)), "allocate");
     check(cudaMalloc(reinterpret_cast<void**>(&grads_), total_ * sizeof(float)), "allocate");
     check(cudaMemset(params_, 0, total_ * sizeof(float)), "clear the parameters");
     check(cudaDeviceSynchronize(), "synchronize");
-    std::vector<slurmddp::GradParameter> views, copies;
-    size_t off = 0;
-    for (const auto& s : specs_) {
-      slurmddp::GradParameter p;
-      p.name = s.name;
-      p.data = params_ + off;
-      p.count = s.count;
-      views.push_back(p);
-      p.grad = grads_ + off;
-      copies.push_back(p);
-      off += s.count;
-    }
-    slurmddp::GradSyncOptions vo;
-    vo.gradient_as_bucket_view = true;
-    vo.cuda_stream = compute_;
-    vo.broadcast_parameters = false;
-    views_ = std::make_unique<slurmddp::GradSync>(comm_, views, vo);
-    slurmddp::GradSyncOptions co;
-    co.cuda_stream = compute_;
-    co.broadcast_parameters = false;
-    copies_ = std::make_unique<slurmddp::GradSync>(comm_, copies, co);
+    const auto params_at = [this](size_t off) -> void* { return params_ + off; };
+    const auto grads_at = [this](size_t off) -> void* { return grads_ + off; };
+    views_ = std::make_unique<slurmddp::GradSync>(comm_, parameters(specs_, params_at, nullptr),
+                                                  sync_options(true, compute_));
+    copies_ = std::make_unique<slurmddp::GradSync>(comm_, parameters(specs_, params_at, grads_at),
+                                                   sync_options(false, compute_));
     int khz = 0;
     check(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_), "read the clock rate");
     cycles_per_ms_ = static_cast<double>(khz);
@@ -349,6 +414,14 @@ int run_rank(const Args& a, int devices) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  if (a.dry_run) {
+    try {
+      return dry_run(a);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gpu_grad_sync_bench: dry run: %s\n", e.what());
+      return 1;
+    }
+  }
   return slurmddp::bench::gpu_bench_main("gpu_grad_sync_bench", a,
                                          [&a](int devices) { return run_rank(a, devices); });
 }

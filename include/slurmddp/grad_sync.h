@@ -184,6 +184,16 @@ class GradSync {
   // PeerError); CudaError for CUDA failures.
   GradSync(std::shared_ptr<Communicator> comm, std::vector<GradParameter> params,
            const GradSyncOptions& options = {});
+  // The constructor's checks of `params` and `options` that need neither the
+  // communicator nor a device, for a communicator of `backend` whose buffers
+  // live on `device` (the NCCL communicator: Backend::kNccl, DeviceKind::kCuda):
+  // dtypes, devices, grad and data buffers, compression and the bucket limits.
+  // Local and cheap: no collective, no device call, and no memory the
+  // parameters point to is read. Throws InvalidArgument with the message the
+  // constructor would throw (without rank and size). A program can ask before
+  // any device call, e.g. on a machine without a GPU.
+  static void check_arguments(const std::vector<GradParameter>& params,
+                              const GradSyncOptions& options, Backend backend, DeviceKind device);
   // Waits (at most the timeout per collective) for collectives still in
   // flight, because they use the buckets' memory. Never throws.
   ~GradSync();

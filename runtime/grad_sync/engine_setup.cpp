@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <string>
 
-#include "common/dtype.h"
 #include "common/log.h"
+#include "grad_sync/arguments.h"
 #include "grad_sync/bucket_plan.h"
 #include "grad_sync/device.h"
 #include "grad_sync/engine.h"
@@ -53,13 +53,9 @@ GradSync::Impl::Impl(std::shared_ptr<Communicator> comm, std::vector<GradParamet
   if (!comm_) {
     throw InvalidArgument("grad_sync: failed to create the synchronizer: no communicator");
   }
-  if (options.timeout && options.timeout->count() <= 0) {
-    throw InvalidArgument(
-        "grad_sync: failed to create the synchronizer: GradSyncOptions::timeout=" +
-        std::to_string(options.timeout->count()) +
-        "ms; expected a positive duration, or unset for the communicator's (" +
-        std::to_string(comm_->timeout().count()) + "ms)");
-  }
+  const std::string bad_timeout = grad_sync::timeout_error(
+      options, "the communicator's (" + std::to_string(comm_->timeout().count()) + "ms)");
+  if (!bad_timeout.empty()) throw InvalidArgument(bad_timeout);
   // Local validation and planning. A failure here is not thrown at once: the
   // layout check tells the other ranks first (Note [Layout check]).
   std::string local_error = validate_locally();
@@ -143,51 +139,11 @@ std::string GradSync::Impl::where() const {
 }
 
 std::string GradSync::Impl::param_name(size_t i) const {
-  return params_[i].name.empty() ? "#" + std::to_string(i) : params_[i].name;
+  return grad_sync::parameter_name(params_, i);
 }
 
 std::string GradSync::Impl::validate_locally() {
-  const std::string head = "grad_sync: failed to register parameters: ";
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const GradParameter& p = params_[i];
-    const std::string who = "parameter " + std::to_string(i) + " ('" + param_name(i) + "') ";
-    if (!common::is_floating(p.dtype)) {
-      return head + who +
-             "has a dtype gradients cannot have (float32, float64, float16, "
-             "bfloat16); dtype=" +
-             std::to_string(static_cast<int>(p.dtype)) + where();
-    }
-    if (p.device != comm_->device()) {
-      return head + who +
-             "is not where the communicator's buffers live; device=" + to_string(p.device) +
-             ", communicator=" + to_string(comm_->backend()) + " (" + to_string(comm_->device()) +
-             ")" + where();
-    }
-    if (p.count == 0) {
-      continue;
-    }
-    if (options_.gradient_as_bucket_view && p.grad != nullptr) {
-      return head + who +
-             "has a grad buffer although gradients live in bucket memory "
-             "(gradient_as_bucket_view): use GradSync::gradient(i); grad=set" +
-             where();
-    }
-    if (!options_.gradient_as_bucket_view && p.grad == nullptr) {
-      return head + who + "has no grad buffer; grad=null, count=" + std::to_string(p.count) +
-             where();
-    }
-    if (options_.broadcast_parameters && p.data == nullptr) {
-      return head + who +
-             "has no data to broadcast from rank 0; data=null, count=" + std::to_string(p.count) +
-             where();
-    }
-  }
-  if (options_.compression != Compression::kNone && options_.compression != Compression::kFloat16 &&
-      options_.compression != Compression::kBFloat16) {
-    return head + "unknown compression; compression=" +
-           std::to_string(static_cast<int>(options_.compression)) + where();
-  }
-  return "";
+  return grad_sync::argument_error(params_, options_, comm_->backend(), comm_->device(), where());
 }
 
 void GradSync::Impl::build_buckets(const grad_sync::BucketPlan& plan) {

@@ -6,7 +6,10 @@
 #include <memory>
 #include <utility>
 
+#include "grad_sync/arguments.h"
+#include "grad_sync/bucket_plan.h"
 #include "grad_sync/engine.h"
+#include "slurmddp/error.h"
 
 namespace slurmddp {
 
@@ -29,6 +32,19 @@ GradSync::GradSync(std::shared_ptr<Communicator> comm, std::vector<GradParameter
     : impl_(std::make_unique<Impl>(std::move(comm), std::move(params), options)) {}
 
 GradSync::~GradSync() = default;
+
+void GradSync::check_arguments(const std::vector<GradParameter>& params,
+                               const GradSyncOptions& options, Backend backend, DeviceKind device) {
+  const std::string bad_timeout = grad_sync::timeout_error(options, "the communicator's");
+  if (!bad_timeout.empty()) throw InvalidArgument(bad_timeout);
+  const std::string error = grad_sync::argument_error(params, options, backend, device, "");
+  if (!error.empty()) throw InvalidArgument(error);
+  std::vector<grad_sync::PlanParam> shapes;
+  shapes.reserve(params.size());
+  for (const auto& p : params) shapes.push_back({p.count, p.dtype, p.device, 0});
+  grad_sync::plan_buckets(
+      shapes, grad_sync::PlanOptions{options.first_bucket_bytes, options.bucket_cap_bytes});
+}
 
 void GradSync::mark_ready(size_t index) {
   impl_->mark_ready(index);

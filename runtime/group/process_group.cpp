@@ -141,7 +141,8 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id,
   membership::JoinOptions j =
       join_options(id, store, "slurmddp/init", "init: failed to join the process group: ", timeout);
   std::vector<std::string> agree;
-  const auto gpu_fields = node_gpu_fields(id, physical);  // Note [Node GPUs]
+  const auto gpu_fields =
+      node_gpu_fields(id, physical, gpu_sharing_from_environment());  // Note [Node GPUs]
 #if SLURMDDP_HAVE_GLOO
   if (backend == Backend::kGloo) {
     j.fields = comm::gloo_join_fields();
@@ -322,7 +323,7 @@ std::unique_ptr<Communicator> make_communicator(
 }
 
 // Note [Node GPUs]: this rank's device among the node's ranks, or the
-// failure when NCCL would get two ranks on one GPU.
+// failure when NCCL would get two ranks on one GPU that did not ask to share it.
 void settle_device(ProcessIdentity& id, const BackendChoice& choice,
                    const std::vector<std::string>& physical, const membership::Membership& group) {
   if (id.gpus.empty()) return;
@@ -331,6 +332,7 @@ void settle_device(ProcessIdentity& id, const BackendChoice& choice,
       settle_node_gpus(id, group, where.node_ranks, where.node, getenv_opt("SLURMD_TRES_BIND"));
   id.local_device = o.device;
   id.device_why = o.why;
+  if (!o.shared.empty()) SLURMDDP_LOG_INFO(kComponent, o.shared);
   if (o.conflict.empty()) return;
   if (choice.backend == Backend::kNccl) {
     throw InvalidArgument("init: " + o.conflict + "; rank=" + std::to_string(id.rank) +

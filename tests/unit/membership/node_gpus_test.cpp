@@ -18,10 +18,11 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-// Each rank's outcome when rank r sees lists[r] (CUDA_VISIBLE_DEVICES) and
-// has device presets[r] (-1: none).
+// Each rank's outcome when rank r sees lists[r] (CUDA_VISIBLE_DEVICES), has
+// device presets[r] (-1: none) and sharing[r] (none when not given).
 std::vector<NodeGpuOutcome> settle(const std::vector<std::string>& lists,
-                                   const std::vector<int>& presets) {
+                                   const std::vector<int>& presets,
+                                   const std::vector<GpuSharing>& sharing = {}) {
   auto store = make_in_process_store();
   const int n = static_cast<int>(lists.size());
   std::vector<int> node_ranks;
@@ -45,7 +46,8 @@ std::vector<NodeGpuOutcome> settle(const std::vector<std::string>& lists,
       o.rank = r;
       o.size = n;
       o.deadline = membership::Clock::now() + 10s;
-      o.fields = node_gpu_fields(id, id.gpus);
+      o.fields = node_gpu_fields(id, id.gpus,
+                                 sharing.empty() ? GpuSharing{} : sharing[static_cast<size_t>(r)]);
       auto group = membership::Membership::join(o);
       out[static_cast<size_t>(r)] =
           settle_node_gpus(id, *group, node_ranks, "n1", std::string("gres/gpu:closest"));
@@ -74,6 +76,47 @@ TEST(NodeGpus, TwoRanksOnOneGpuAreNamedWithTheNodeAndTheBinding) {
     EXPECT_THAT(out[r].conflict, HasSubstr("rank 2 sees CUDA_VISIBLE_DEVICES=1"));
     EXPECT_THAT(out[r].conflict, HasSubstr("SLURMD_TRES_BIND=gres/gpu:closest"));
   }
+}
+
+// As scripts/gpu-check and the gpu tests start ranks on a one-GPU machine
+// (Note [Sharing one GPU] in tests/gpu/nccl_ranks.cpp): both given GPU 0 of
+// CUDA_VISIBLE_DEVICES=0, each claiming a host of its own. NCCL accepts them,
+// so init() must not refuse them.
+TEST(NodeGpus, RanksThatClaimHostsOfTheirOwnShareAGpuAsAsked) {
+  auto out = settle({"0", "0"}, {0, 0}, {{"check-rank-0", true}, {"check-rank-1", true}});
+  for (const auto& o : out) {
+    EXPECT_EQ(o.conflict, "");
+    EXPECT_EQ(o.device, std::optional<int>(0));
+    EXPECT_THAT(o.shared, HasSubstr("ranks 0 and 1 on node n1 share one GPU (0) as asked "
+                                    "(NCCL_HOSTID=check-rank-0 and check-rank-1"));
+  }
+}
+
+TEST(NodeGpus, NcclMultiRankGpuOnBothRanksIsSharingAsAsked) {
+  auto out = settle({"0", "0"}, {0, 0}, {{"", true}, {"", true}});
+  EXPECT_EQ(out[0].conflict, "");
+  EXPECT_THAT(out[1].shared, HasSubstr("NCCL_MULTI_RANK_GPU_ENABLE=1 on both"));
+}
+
+TEST(NodeGpus, OneHostIdOrAHalfAskedSharingIsStillAConflict) {
+  // The same NCCL_HOSTID: one host to NCCL, which refuses them.
+  auto same = settle({"0", "0"}, {0, 0}, {{"h", false}, {"h", false}});
+  EXPECT_THAT(same[0].conflict, HasSubstr("ranks 0 and 1 on node n1 are left on one GPU (0)"));
+  EXPECT_EQ(same[0].shared, "");
+  // NCCL_MULTI_RANK_GPU_ENABLE=1 on one rank only.
+  auto half = settle({"0", "0"}, {0, 0}, {{"", true}, {"", false}});
+  EXPECT_THAT(half[1].conflict, HasSubstr("are left on one GPU (0)"));
+}
+
+TEST(NodeGpus, SharingFieldsOnlyWhereSet) {
+  ProcessIdentity id;
+  id.gpu_variable = "CUDA_VISIBLE_DEVICES";
+  id.gpus = {"0"};
+  EXPECT_EQ(node_gpu_fields(id, id.gpus).size(), 3u);
+  const auto f = node_gpu_fields(id, id.gpus, {"r1", true});
+  ASSERT_EQ(f.size(), 5u);
+  EXPECT_EQ(f[3], (std::pair<std::string, std::string>{"nccl_hostid", "r1"}));
+  EXPECT_EQ(f[4], (std::pair<std::string, std::string>{"nccl_multi_rank_gpu", "1"}));
 }
 
 TEST(NodeGpus, NoGpusNoRecordFields) {
