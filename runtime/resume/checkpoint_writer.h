@@ -28,7 +28,9 @@ namespace slurmddp::resume {
 //   scope every rank loads: the load's agreement spreads its verdict, so the
 //   payload is read for its checksum once, not once per rank). The payload
 //   then reaches torch.load as a window onto the file, read where it lies.
-//   Small records are gathered into a buffer of kBufferBytes before a write.
+//   Small records are gathered into a buffer of kBufferBytes before a write;
+//   larger ones are written from where they lie while another thread
+//   checksums them.
 class RankFileWriter {
  public:
   static constexpr size_t kBufferBytes = 1 << 20;
