@@ -26,13 +26,21 @@
 //   renamed into place, and the directory fsynced: a crash at any point leaves
 //   either the previous checkpoint or the new one, never a partial one, and
 //   LATEST only ever names complete checkpoints. Each rank file starts with a
-//   header ("slurmddp-checkpoint v1", step, rank, world size, sizes) and ends
-//   with an FNV-1a 64 checksum of everything before it: a truncated file or a
-//   flipped byte is a clear error naming the file, never a silent fresh start
-//   or a wrong resume. The `keep` newest complete checkpoints are kept.
+//   header ("slurmddp-checkpoint v2", step, rank, world size, the sampler
+//   state's size) and ends with a line holding the payload's size and an
+//   FNV-1a 64 checksum of everything before its digits (version 1 files, with
+//   both sizes in the header, still load): a truncated file or a flipped byte
+//   is a clear error naming the file, never a silent fresh start or a wrong
+//   resume. Every size is checked against what the file holds, never summed.
+//   The `keep` newest complete checkpoints are kept. Files are the user's
+//   alone (0600, and 0700 for the directories created; Note [Planted files] in
+//   runtime/resume/checkpoint_io.cpp).
 //   With rank-0 scope every rank reads rank 0's payload: the directory must be
 //   on a file system every node sees (it must be anyway, for a requeued job
-//   that may land on other nodes).
+//   that may land on other nodes). Every rank checks the structure of each
+//   file it reads (sizes, header, checksum line); the checksum of rank 0's
+//   payload is verified by rank 0, and a damaged one stops every rank (Note
+//   [Streaming checkpoints] in runtime/resume/checkpoint_writer.h).
 #pragma once
 
 #include <cstddef>
@@ -106,7 +114,8 @@ class Checkpointer {
   // (a fresh start). Every rank loads the same step (checked: ranks that see
   // different LATEST files fail naming both steps). Throws Error naming the
   // file when it is damaged (checksum, truncation, wrong rank or world size,
-  // no valid sampler state).
+  // no valid sampler state) on the rank that read it, and naming that rank on
+  // the others; whatever a rank's reading throws, every rank hears of it.
   std::optional<Checkpoint> load();
 
   const std::string& dir() const;

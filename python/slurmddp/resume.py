@@ -38,7 +38,7 @@ import time
 import weakref
 import zipfile
 from datetime import timedelta
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -542,8 +542,9 @@ def _complete_steps_in(directory: str) -> List[int]:
 #   one by one; with the old COMPLETE still there, a rank killed midway would
 #   leave old and new files side by side, each with a good checksum, and the
 #   mix would load. So rank 0 removes that COMPLETE (durably) before any rank
-#   writes, every rank knows it is gone before writing (the agreement after
-#   serializing), and the step is complete again only when every new file is.
+#   renames a file into place, every rank knows it is gone before renaming (the
+#   agreement after serializing into its temporary file), and the step is
+#   complete again only when every new file is.
 #   And a fresh start is never silent: when this run has no checkpoint but its
 #   per-job directory's siblings hold other jobs' (a job submitted again by
 #   hand is a new job, hence a new run), rank 0 says so on stderr, naming them
@@ -565,10 +566,14 @@ def _unmark_complete(sdir: str) -> None:
         os.close(fd)
 
 
-def _agree_or_raise(reason: str, rank: int, world: int, group: Optional[Any], what: str) -> None:
-    """Collective: raises slurmddp.Error on every rank when any rank has a
-    reason, naming the ranks and their reasons (InvalidArgument when this
-    rank's own is one)."""
+def _agree_or_raise(error: Optional[Exception], rank: int, world: int, group: Optional[Any],
+                    what: str) -> None:
+    """Collective: raises on every rank when any rank has an error: this
+    rank's own error on the ranks that have one, on the others slurmddp.Error
+    naming the ranks and their errors."""
+    reason = str(error) if error is not None else ""
+    if error is not None and not reason:
+        reason = type(error).__name__
     first = torch.tensor([rank if reason else world], dtype=torch.int64)
     dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
     _keep(first)
@@ -576,8 +581,8 @@ def _agree_or_raise(reason: str, rank: int, world: int, group: Optional[Any], wh
         return
     reasons = _gather_texts(reason, world, group)
     failed = [(r, text) for r, text in enumerate(reasons) if text]
-    if reason:
-        raise _core.InvalidArgument(reason)
+    if error is not None:
+        raise error
     why = "; ".join(f"rank {r}: {text}" for r, text in failed[:3])
     if len(failed) > 3:
         why += f"; and {len(failed) - 3} more ranks"
@@ -613,7 +618,7 @@ def _own_device_map() -> Dict[str, str]:
     return where
 
 
-def _torch_load(payload: bytes, step: int, weights_only: bool, map_location: Any,
+def _torch_load(payload: "_PayloadWindow", step: int, weights_only: bool, map_location: Any,
                 args: Dict[str, Any]) -> Any:
     """torch.load of a checkpoint's payload under Note [Loading what was saved]."""
     if "weights_only" not in args and "pickle_module" not in args:
@@ -622,12 +627,14 @@ def _torch_load(payload: bytes, step: int, weights_only: bool, map_location: Any
             args = dict(args, weights_only=False)
         else:
             args = dict(args, weights_only=weights_only)
-    return torch.load(io.BytesIO(payload), map_location=map_location, **args)
+    payload.seek(0)
+    return torch.load(payload, map_location=map_location, **args)
 
 
-def _pickle_globals(payload: Union[bytes, memoryview]) -> List[str]:
+def _pickle_globals(payload: IO[bytes]) -> List[str]:
     """The globals a torch.save archive's pickle names ("module.name")."""
-    with zipfile.ZipFile(io.BytesIO(payload)) as z:
+    payload.seek(0)
+    with zipfile.ZipFile(payload) as z:
         pickled = [n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
         if not pickled:
             return []
@@ -641,10 +648,11 @@ def _pickle_globals(payload: Union[bytes, memoryview]) -> List[str]:
     return names
 
 
-def _check_loadable(payload: Union[bytes, memoryview], step: int, when: str = "save") -> None:
+def _check_loadable(payload: IO[bytes], step: int, when: str = "save") -> None:
     find = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
     if find is not None:
-        unsafe = sorted(set(find(io.BytesIO(payload))))
+        payload.seek(0)
+        unsafe = sorted(set(find(payload)))
     else:
         from torch import _weights_only_unpickler
         allowed = set(_weights_only_unpickler._get_allowed_globals())
@@ -665,6 +673,55 @@ def _check_loadable(payload: Union[bytes, memoryview], step: int, when: str = "s
         f"add_safe_globals (torch >= 2.4, before save and load), or pass "
         f"Checkpointer(..., weights_only=False) for a directory only you can write "
         f"(Note [Loading what was saved])")
+
+
+class _PayloadWindow(io.RawIOBase):
+    """The payload of a checkpoint file as a read-only, seekable file of its
+    own: bytes [offset, offset + size) of `file` (a _core.CheckpointFile or
+    CheckpointWriter, kept open by this), read with os.preadv straight into the
+    reader's buffer (Note [Streaming checkpoints]). What torch.load and
+    zipfile read, without the payload ever being in memory as bytes. No
+    fileno(): torch would read the descriptor from its own offset."""
+
+    def __init__(self, file: Any, offset: int, size: int) -> None:
+        super().__init__()
+        self._file, self._fd = file, file.fileno()
+        self._offset, self._size, self._pos = offset, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = max(0, min(len(view), self._size - self._pos))
+        done = 0
+        while done < want:
+            n = os.preadv(self._fd, [view[done:want]], self._offset + self._pos + done)
+            if n == 0:
+                raise _core.Error(
+                    f"checkpoint {self._file.path} is damaged: it ended at "
+                    f"{self._offset + self._pos + done} bytes while its payload was read; "
+                    f"expected {self._offset + self._size}")
+            done += n
+        self._pos += done
+        return done
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + pos < 0:
+            raise ValueError(f"negative seek position {base + pos}")
+        self._pos = base + pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        self._file = None
+        super().close()
 
 
 class Checkpointer:
@@ -726,11 +783,7 @@ class Checkpointer:
         self.run_id = run_id()
         self.restart_count = restart_count()
         self._group_arg = group
-        try:
-            os.makedirs(self.dir, exist_ok=True)
-        except OSError as e:
-            raise _core.Error(f"Checkpointer: failed to create the directory {self.dir}: "
-                              f"{e.strerror}") from None
+        _core.make_private_dirs(self.dir)  # 0700 (Note [Planted files])
         if group is None and dist.is_available() and dist.is_initialized():
             _cpu_group(None)  # Note [The side group]: now, while every rank is here
 
@@ -745,28 +798,34 @@ class Checkpointer:
                                         f"integer >= 0")
         rank, world, group = self._world()
         sdir = os.path.join(self.dir, f"step-{step}")
-        os.makedirs(sdir, exist_ok=True)
+        _core.make_private_dirs(sdir)
         if rank == 0:
             _unmark_complete(sdir)  # Note [Saving a step again]
-        payload: Union[bytes, memoryview] = b""
-        reason = ""
+        writer: Optional[_core.CheckpointWriter] = None
+        error: Optional[Exception] = None
         try:
-            sampler_text = _sampler_text(sampler)
-            if self.scope == "every_rank" or rank == 0:
-                buf = io.BytesIO()
-                torch.save(state, buf)
-                payload = buf.getbuffer()
-                if self.weights_only:
-                    _check_loadable(payload, step)
-        except _core.InvalidArgument as e:
-            reason = str(e)
-        # every rank knows that every state was serialized, and rank 0's
-        # COMPLETE of an earlier save of this step is gone
-        _agree_or_raise(reason, rank, world, group, f"Checkpointer.save: step {step}")
-        data = _core.encode_checkpoint(step, rank, world, sampler_text, payload)
-        del payload
-        _core.write_atomic(sdir, f"rank-{rank}.ckpt", data)
-        del data
+            try:
+                # Note [Streaming checkpoints]: torch.save writes through the
+                # checksum into a temporary file, renamed into place at commit()
+                writer = _core.CheckpointWriter(sdir, f"rank-{rank}.ckpt", step, rank, world,
+                                                _sampler_text(sampler))
+                if self.scope == "every_rank" or rank == 0:
+                    torch.save(state, writer)
+                    if self.weights_only:
+                        writer.flush()
+                        with _PayloadWindow(writer, writer.payload_offset,
+                                            writer.payload_bytes) as payload:
+                            _check_loadable(payload, step)
+            except _core.Error as e:  # a state torch could not load, a full disk
+                error = e
+            # every rank knows that every state was serialized and written, and
+            # rank 0's COMPLETE of an earlier save of this step is gone
+            _agree_or_raise(error, rank, world, group, f"Checkpointer.save: step {step}")
+            assert writer is not None
+            writer.commit()
+        finally:
+            if writer is not None:
+                writer.abort()  # a no-op once committed
         dist.barrier(group=group)  # every rank's file is durable
         if rank == 0:
             _core.write_atomic(sdir, "COMPLETE",
@@ -808,7 +867,7 @@ class Checkpointer:
         (local: no communication)."""
         return _complete_steps_in(self.dir)
 
-    def _read(self, step: int, rank: int, world: int) -> Tuple[str, bytes]:
+    def _read(self, step: int, rank: int, world: int) -> Tuple[str, "_PayloadWindow"]:
         """(sampler, payload) of this rank at `step`; raises _core.Error saying
         why the checkpoint cannot be used."""
         sdir = os.path.join(self.dir, f"step-{step}")
@@ -831,19 +890,23 @@ class Checkpointer:
                 f"Checkpointer: {sdir} was saved with scope={marker['scope']!r}, this "
                 f"Checkpointer has scope={self.scope!r}")
 
-        def rank_file(who: int) -> Tuple[str, bytes]:
+        def rank_file(who: int, verify: bool) -> _core.CheckpointFile:
             path = os.path.join(sdir, f"rank-{who}.ckpt")
-            got_step, got_rank, got_world, sampler, payload = _core.read_checkpoint(path)
-            if (got_step, got_rank, got_world) != (step, who, world):
+            f = _core.CheckpointFile(path, verify)
+            if (f.step, f.rank, f.world) != (step, who, world):
                 raise _core.Error(
-                    f"checkpoint {path} holds step {got_step} of rank {got_rank} in a world of "
-                    f"{got_world}; expected step {step} of rank {who} in a world of {world}")
-            return sampler, payload
+                    f"checkpoint {path} holds step {f.step} of rank {f.rank} in a world of "
+                    f"{f.world}; expected step {step} of rank {who} in a world of {world}")
+            return f
 
-        sampler, payload = rank_file(rank)
+        # Note [Streaming checkpoints]: each rank verifies its own file's
+        # checksum; rank 0's payload, which every rank loads with rank-0 scope,
+        # is verified by rank 0, and the others check its structure
+        own = rank_file(rank, verify=True)
+        source = own
         if self.scope == "rank0" and rank != 0:
-            payload = rank_file(0)[1]
-        return sampler, payload
+            source = rank_file(0, verify=False)
+        return own.sampler(), _PayloadWindow(source, source.payload_offset, source.payload_bytes)
 
     def load_latest(self, *, map_location: Any = None, **torch_load_args: Any) -> Optional[Resumed]:
         """The newest usable checkpoint on every rank, or None (collective; see
@@ -868,12 +931,16 @@ class Checkpointer:
                 raise
             except _core.Error as e:
                 reason = str(e)
+            except Exception as e:  # noqa: BLE001 (MemoryError, OSError: agreed, not a hang)
+                reason = f"checkpoint: rank {rank} failed to read {self.dir}/step-{step}: " \
+                         f"{type(e).__name__}: {e}"
             first = torch.tensor([rank if reason else world], dtype=torch.int64)
             dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
             _keep(first)
             if int(first.item()) == world:
-                state = _torch_load(payload, step, self.weights_only, map_location,
-                                    torch_load_args)
+                with payload:
+                    state = _torch_load(payload, step, self.weights_only, map_location,
+                                        torch_load_args)
                 if refused and rank == 0:
                     print(f"slurmddp: resuming from {self.dir}/step-{step}, the newest usable "
                           f"checkpoint", file=sys.stderr, flush=True)

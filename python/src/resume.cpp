@@ -16,6 +16,8 @@
 #include "bindings.h"
 #include "resume/checkpoint_file.h"
 #include "resume/checkpoint_io.h"
+#include "resume/checkpoint_reader.h"
+#include "resume/checkpoint_writer.h"
 #include "slurmddp/checkpoint.h"
 #include "slurmddp/error.h"
 #include "slurmddp/requeue.h"
@@ -111,7 +113,8 @@ records the first signal and calls the handler installed before it.)doc")
 
   m.def(
       "encode_checkpoint",
-      [](int64_t step, int rank, int world, const std::string& sampler, const py::handle& payload) {
+      [](int64_t step, int rank, int world, const std::string& sampler, const py::handle& payload,
+         int version) {
         resume::RankFile f;
         f.step = step;
         f.rank = rank;
@@ -119,11 +122,17 @@ records the first signal and calls the handler installed before it.)doc")
         f.sampler = sampler;
         const std::string p = as_string(payload, "payload");
         f.payload.assign(p.begin(), p.end());
-        const std::string out = resume::encode(f);
+        if (version != 1 && version != 2) {
+          throw InvalidArgument("encode_checkpoint: version=" + std::to_string(version) +
+                                "; expected 1 or 2");
+        }
+        const std::string out = version == 1 ? resume::encode_v1(f) : resume::encode(f);
         return py::bytes(out);
       },
       py::arg("step"), py::arg("rank"), py::arg("world"), py::arg("sampler"), py::arg("payload"),
-      "One rank's checkpoint file (Note [Checkpoint layout]).");
+      py::arg("version") = 2,
+      "One rank's checkpoint file in memory (Note [Checkpoint layout]; version 1 as "
+      "written before version 2, for tests and tools).");
   m.def(
       "read_checkpoint",
       [](const std::string& path) {
@@ -142,8 +151,93 @@ records the first signal and calls the handler installed before it.)doc")
             py::bytes(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()));
       },
       py::arg("path"),
-      "(step, rank, world, sampler, payload) of a checkpoint file; raises slurmddp.Error "
-      "naming the file when it is missing, truncated or fails its checksum.");
+      "(step, rank, world, sampler, payload) of a checkpoint file, read whole; raises "
+      "slurmddp.Error naming the file when it is missing, truncated or fails its checksum.");
+
+  py::class_<resume::RankFileWriter>(m, "CheckpointWriter", R"doc(
+One rank's checkpoint file written as its payload arrives (Note [Streaming
+checkpoints]): the file-like object torch.save writes into. The header and the
+sampler state are written at once to a private temporary file beside
+dir/name; write() appends payload bytes through the checksum (the GIL
+released); commit() writes the checksum line, fsyncs and renames into place;
+abort() (or dropping it uncommitted) removes the temporary file. One thread at
+a time.)doc")
+      .def(py::init([](const std::string& dir, const std::string& name, int64_t step, int rank,
+                       int world, const std::string& sampler) {
+             py::gil_scoped_release release;
+             return std::make_unique<resume::RankFileWriter>(dir, name, step, rank, world, sampler);
+           }),
+           py::arg("dir"), py::arg("name"), py::arg("step"), py::arg("rank"), py::arg("world"),
+           py::arg("sampler"))
+      .def(
+          "write",
+          [](resume::RankFileWriter& w, const py::buffer& data) {
+            const py::buffer_info info = data.request();
+            const auto n = static_cast<size_t>(info.size * info.itemsize);
+            {
+              py::gil_scoped_release release;
+              w.write(info.ptr, n);
+            }
+            return n;
+          },
+          py::arg("data"), "Appends bytes to the payload; returns how many.")
+      .def(
+          "flush",
+          [](resume::RankFileWriter& w) {
+            py::gil_scoped_release release;
+            if (w.open()) w.flush();
+          },
+          "Hands buffered bytes to the file (a no-op once committed or aborted).")
+      .def(
+          "commit",
+          [](resume::RankFileWriter& w) {
+            py::gil_scoped_release release;
+            w.commit();
+          },
+          "The checksum line, fsync, rename into place, fsync of the directory.")
+      .def(
+          "abort",
+          [](resume::RankFileWriter& w) {
+            py::gil_scoped_release release;
+            w.abort();
+          },
+          "Removes the temporary file (a no-op once committed).")
+      .def("writable", [](const resume::RankFileWriter& w) { return w.open(); })
+      .def("fileno", &resume::RankFileWriter::fd,
+           "The temporary file, open for reading back the payload before commit().")
+      .def_property_readonly("payload_offset", &resume::RankFileWriter::payload_offset)
+      .def_property_readonly("payload_bytes", &resume::RankFileWriter::payload_bytes)
+      .def_property_readonly("path", &resume::RankFileWriter::path)
+      .def_property_readonly("temp_path", &resume::RankFileWriter::temp_path);
+
+  py::class_<resume::RankFileReader>(m, "CheckpointFile", R"doc(
+One rank's checkpoint file, open (Note [Streaming checkpoints]): its structure
+checked on opening (header, checksum line, sizes), with verify=True its
+checksum too, streamed with the GIL released. Raises slurmddp.Error naming the
+file when it is missing, truncated or damaged. The payload is read by offset
+(fileno(), payload_offset, payload_bytes).)doc")
+      .def(py::init([](const std::string& path, bool verify) {
+             py::gil_scoped_release release;
+             return std::make_unique<resume::RankFileReader>(path, verify);
+           }),
+           py::arg("path"), py::arg("verify"))
+      .def_property_readonly("version",
+                             [](const resume::RankFileReader& f) { return f.layout().version; })
+      .def_property_readonly("step",
+                             [](const resume::RankFileReader& f) { return f.layout().step; })
+      .def_property_readonly("rank",
+                             [](const resume::RankFileReader& f) { return f.layout().rank; })
+      .def_property_readonly("world",
+                             [](const resume::RankFileReader& f) { return f.layout().world; })
+      .def_property_readonly(
+          "payload_offset",
+          [](const resume::RankFileReader& f) { return f.layout().payload_offset; })
+      .def_property_readonly(
+          "payload_bytes", [](const resume::RankFileReader& f) { return f.layout().payload_bytes; })
+      .def_property_readonly("path", &resume::RankFileReader::path)
+      .def("sampler", &resume::RankFileReader::sampler, "The sampler state, as saved.")
+      .def("fileno", &resume::RankFileReader::fd);
+
   m.def(
       "write_atomic",
       [](const std::string& dir, const std::string& name, const py::handle& data) {
@@ -153,6 +247,15 @@ records the first signal and calls the handler installed before it.)doc")
       },
       py::arg("dir"), py::arg("name"), py::arg("data"),
       "Writes dir/name atomically: a temporary file, fsync, rename, fsync of dir.");
+  m.def(
+      "make_private_dirs",
+      [](const std::string& path) {
+        py::gil_scoped_release release;
+        resume::make_private_dirs(path);
+      },
+      py::arg("path"),
+      "Creates path and its missing parents with mode 0700 (Note [Planted files]); existing "
+      "directories keep their mode.");
   m.def(
       "prune_checkpoints",
       [](const std::string& dir, int64_t current, int keep) {

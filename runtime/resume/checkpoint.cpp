@@ -1,14 +1,14 @@
 #include "slurmddp/checkpoint.h"
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 
 #include "comm/scalar_channel.h"
 #include "common/log.h"
 #include "resume/checkpoint_file.h"
 #include "resume/checkpoint_io.h"
+#include "resume/checkpoint_reader.h"
+#include "resume/refusal.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {
@@ -31,11 +31,7 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
       throw InvalidArgument("Checkpointer: keep=" + std::to_string(options_.keep) +
                             "; expected at least 1");
     }
-    std::error_code ec;
-    fs::create_directories(dir_, ec);
-    if (ec) {
-      throw Error("checkpoint: failed to create the directory " + dir_ + ": " + ec.message());
-    }
+    resume::make_private_dirs(dir_);  // Note [Planted files]
     channel_ = comm::make_scalar_channel(*comm_);
   }
 
@@ -45,9 +41,7 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     }
     const int rank = comm_->rank();
     std::string sdir = dir_ + "/" + resume::step_dir_name(step);
-    std::error_code ec;
-    fs::create_directories(sdir, ec);
-    if (ec) throw Error("checkpoint: failed to create " + sdir + ": " + ec.message());
+    resume::make_private_dirs(sdir);
     resume::RankFile f;
     f.step = step;
     f.rank = rank;
@@ -88,12 +82,9 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     if (mine < 0) return std::nullopt;
     std::string sdir = dir_ + "/" + resume::step_dir_name(mine);
     std::optional<Checkpoint> out;
-    std::string error;
-    try {
-      out = read_step(sdir, mine, rank);
-    } catch (const Error& e) {
-      error = e.what();
-    }
+    // any exception is this rank's reason, so that the agreement below runs
+    const std::string error =
+        resume::refusal_of([&] { out = read_step(sdir, mine, rank); }, rank, sdir);
     // A damaged file on one rank stops every rank, naming the first such rank.
     int64_t failed = channel_->max(error.empty() ? 0 : rank + 1);
     if (!error.empty()) throw Error(error);
@@ -126,17 +117,17 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     return step;
   }
 
-  resume::RankFile read_rank_file(const std::string& sdir, int64_t step, int who) const {
+  // Opens a rank file and checks that it is `who`'s of `step` in this world;
+  // `verify`: its checksum too (Note [Streaming checkpoints]: rank 0's file,
+  // read by every rank with rank-0 scope, is verified by rank 0 alone).
+  resume::RankFileReader open_rank_file(const std::string& sdir, int64_t step, int who,
+                                        bool verify) const {
     std::string path = sdir + "/rank-" + std::to_string(who) + ".ckpt";
-    auto bytes = resume::read_file(path);
-    if (!bytes) {
-      throw Error("checkpoint " + path + " is missing or unreadable (" + std::strerror(errno) +
-                  "); the directory must be shared by every node");
-    }
-    resume::RankFile f = resume::decode(path, *bytes);
-    if (f.step != step || f.rank != who || f.world != comm_->size()) {
-      throw Error("checkpoint " + path + " holds step " + std::to_string(f.step) + " of rank " +
-                  std::to_string(f.rank) + " in a world of " + std::to_string(f.world) +
+    resume::RankFileReader f(path, verify);
+    const resume::Layout& l = f.layout();
+    if (l.step != step || l.rank != who || l.world != comm_->size()) {
+      throw Error("checkpoint " + path + " holds step " + std::to_string(l.step) + " of rank " +
+                  std::to_string(l.rank) + " in a world of " + std::to_string(l.world) +
                   "; expected step " + std::to_string(step) + " of rank " + std::to_string(who) +
                   " in a world of " + std::to_string(comm_->size()) +
                   " (resuming needs the same number of ranks)");
@@ -144,20 +135,26 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     return f;
   }
 
+  static std::vector<uint8_t> payload_of(const resume::RankFileReader& f) {
+    std::vector<uint8_t> payload(f.layout().payload_bytes);
+    f.read_at(f.layout().payload_offset, payload.data(), payload.size());
+    return payload;
+  }
+
   Checkpoint read_step(const std::string& sdir, int64_t step, int rank) const {
-    resume::RankFile own = read_rank_file(sdir, step, rank);
+    resume::RankFileReader own = open_rank_file(sdir, step, rank, true);
     Checkpoint c;
     c.step = step;
     try {
-      c.sampler = SamplerState::parse(own.sampler);
+      c.sampler = SamplerState::parse(own.sampler());
     } catch (const InvalidArgument& e) {
       throw Error("checkpoint " + sdir + "/rank-" + std::to_string(rank) +
                   ".ckpt holds no valid sampler state: " + e.what());
     }
     if (options_.scope == CheckpointScope::kEveryRank || rank == 0) {
-      c.payload = std::move(own.payload);
+      c.payload = payload_of(own);
     } else {
-      c.payload = read_rank_file(sdir, step, 0).payload;
+      c.payload = payload_of(open_rank_file(sdir, step, 0, false));
     }
     return c;
   }

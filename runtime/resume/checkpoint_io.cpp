@@ -1,12 +1,17 @@
 #include "resume/checkpoint_io.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,59 +25,140 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr int kPrivateFileFlags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+
 [[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
   int err = errno;
   throw Error("checkpoint: failed to " + what + " " + path + ": " + std::strerror(err));
 }
 
 void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail_errno("open the directory", dir);
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    errno = err;
-    fail_errno("fsync the directory", dir);
+  FileFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) fail_errno("open the directory", dir);
+  if (::fsync(fd.get()) != 0) fail_errno("fsync the directory", dir);
+}
+
+// 16 hex digits nobody can guess in advance (getrandom; the clock and a
+// counter where it has no entropy to give).
+std::string random_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof v)) {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    v = (static_cast<uint64_t>(ts.tv_sec) << 32) ^ static_cast<uint64_t>(ts.tv_nsec) ^
+        (counter.fetch_add(1) * 0x9e3779b97f4a7c15ULL);
   }
-  ::close(fd);
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
 }
 
 }  // namespace
 
-// Note [Checkpoint layout]: temporary name, fsync, rename, fsync the directory.
-void write_atomic(const std::string& dir, const std::string& name, const std::string& bytes) {
-  std::string path = dir + "/" + name;
-  std::string tmp = dir + "/." + name + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_errno("create", tmp);
+FileFd& FileFd::operator=(FileFd&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.release();
+  }
+  return *this;
+}
+
+FileFd::~FileFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+// Note [Planted files]
+//   A checkpoint directory may sit in a directory others can write (a group's
+//   project space), and its files hold the model's weights. So a temporary
+//   file is never opened by a name someone could have planted first: each is
+//   a new name (pid and 64 random bits) opened with O_CREAT|O_EXCL|O_NOFOLLOW,
+//   which fails on anything already there (a symlink to the user's ~/.bashrc
+//   included) instead of following it; a name taken is retried with another.
+//   rename() then replaces the final name itself, never what a symlink there
+//   points to. Files are created 0600 and the directories the package creates
+//   (the job's directory, step directories, their missing parents) 0700: the
+//   checkpoints are the user's alone, whatever the umask. A requeued job runs
+//   as the same user and reads them; to share them, copy them, or create the
+//   directory beforehand with the mode wanted: directories that exist keep
+//   their mode and owner.
+FileFd create_private_file(const std::string& path) {
+  FileFd fd(::open(path.c_str(), kPrivateFileFlags, 0600));
+  if (fd.get() < 0) fail_errno("create", path);
+  return fd;
+}
+
+TempFile create_temp(const std::string& dir, const std::string& name) {
+  constexpr int kTries = 8;
+  const std::string prefix = dir + "/." + name + ".tmp." + std::to_string(::getpid()) + ".";
+  for (int i = 0;; ++i) {
+    TempFile t;
+    t.path = prefix;
+    t.path += random_suffix();
+    t.fd = FileFd(::open(t.path.c_str(), kPrivateFileFlags, 0600));
+    if (t.fd.get() >= 0) return t;
+    if (errno != EEXIST || i + 1 == kTries) fail_errno("create", t.path);  // else another name
+  }
+}
+
+void write_all(int fd, const char* data, size_t n, const std::string& path) {
   size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = err;
-      fail_errno("write", tmp);
+  while (done < n) {
+    ssize_t w = ::write(fd, data + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) fail_errno("write", path);
+    if (w == 0) {
+      errno = EIO;
+      fail_errno("write", path);
     }
-    done += static_cast<size_t>(n);
+    done += static_cast<size_t>(w);
   }
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    errno = err;
-    fail_errno("fsync", tmp);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    errno = err;
-    fail_errno("rename into place", path);
+}
+
+void commit_temp(TempFile temp, const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name;
+  try {
+    if (::fsync(temp.fd.get()) != 0) fail_errno("fsync", temp.path);
+    if (::close(temp.fd.release()) != 0) fail_errno("close", temp.path);
+    if (::rename(temp.path.c_str(), path.c_str()) != 0) fail_errno("rename into place", path);
+  } catch (...) {
+    ::unlink(temp.path.c_str());
+    throw;
   }
   fsync_dir(dir);
+}
+
+// Note [Checkpoint layout]: temporary name, fsync, rename, fsync the directory.
+void write_atomic(const std::string& dir, const std::string& name, const std::string& bytes) {
+  TempFile temp = create_temp(dir, name);
+  try {
+    write_all(temp.fd.get(), bytes.data(), bytes.size(), temp.path);
+  } catch (...) {
+    ::unlink(temp.path.c_str());
+    throw;
+  }
+  commit_temp(std::move(temp), dir, name);
+}
+
+void make_private_dirs(const std::string& path) {
+  if (path.empty()) throw Error("checkpoint: failed to create a directory: the path is empty");
+  // each prefix ending before a '/', then the whole path
+  for (size_t at = path.find('/', 1);; at = path.find('/', at + 1)) {
+    const std::string part = at == std::string::npos ? path : path.substr(0, at);
+    if (!part.empty() && part.back() != '/' && ::mkdir(part.c_str(), 0700) != 0) {
+      if (errno != EEXIST) fail_errno("create the directory", part);
+      struct stat st {};
+      if (::stat(part.c_str(), &st) != 0) fail_errno("look at", part);
+      if (!S_ISDIR(st.st_mode)) {
+        std::string what = "checkpoint: failed to create the directory " + path;
+        what += ": ";
+        what += part;
+        what += " exists and is not a directory";
+        throw Error(what);
+      }
+    }
+    if (at == std::string::npos) break;
+  }
 }
 
 std::optional<std::string> read_file(const std::string& path) {

@@ -183,13 +183,22 @@ def main():
     elif mode == "save":
         kill_at = os.environ.get("KILL_AT")
         if kill_at and rank == 2:
-            write = slurmddp._core.write_atomic
+            writer = slurmddp._core.CheckpointWriter
 
-            def dying_write(directory, name, data):
-                if directory.endswith(f"step-{kill_at}") and name.startswith("rank-"):
-                    os.kill(os.getpid(), signal.SIGKILL)
-                write(directory, name, data)
-            slurmddp._core.write_atomic = dying_write
+            class DyingWriter:
+                """Killed with its file written, before it is renamed into place."""
+
+                def __init__(self, directory, name, *args):
+                    self.directory, self.w = directory, writer(directory, name, *args)
+
+                def __getattr__(self, name):
+                    return getattr(self.w, name)
+
+                def commit(self):
+                    if self.directory.endswith(f"step-{kill_at}"):
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    self.w.commit()
+            slurmddp._core.CheckpointWriter = DyingWriter
         ckpt = slurmddp.Checkpointer(directory, scope=sys.argv[4], per_job=per_job)
         for step in map(int, sys.argv[5:]):
             ckpt.save(step, {"rank": rank, "step": step}, sampler=Position(world, rank, step))

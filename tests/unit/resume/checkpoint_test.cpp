@@ -20,55 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-resume::RankFile sample() {
-  resume::RankFile f;
-  f.step = 1234;
-  f.rank = 2;
-  f.world = 4;
-  f.sampler = "slurmddp-sampler v1 epoch=3 position=120 fingerprint=00000000000000ab";
-  f.payload = {0, 1, 2, 255, '\n', 'x'};
-  return f;
-}
-
-std::string damage_of(const std::string& bytes) {
-  try {
-    resume::decode("/c/rank-2.ckpt", bytes);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-TEST(CheckpointFile, RoundTripsExactly) {
-  std::string bytes = resume::encode(sample());
-  auto f = resume::decode("x", bytes);
-  EXPECT_EQ(f.step, 1234);
-  EXPECT_EQ(f.rank, 2);
-  EXPECT_EQ(f.world, 4);
-  EXPECT_EQ(f.sampler, sample().sampler);
-  EXPECT_EQ(f.payload, sample().payload);
-  EXPECT_EQ(bytes.rfind("slurmddp-checkpoint v1\nstep=1234 rank=2 world=4 ", 0), 0u);
-  EXPECT_EQ(resume::fnv1a64("", 0), 1469598103934665603ULL);
-}
-
-TEST(CheckpointFile, EveryDamageIsNamed) {
-  std::string good = resume::encode(sample());
-  // every single flipped byte is caught
-  for (size_t i = 0; i < good.size(); ++i) {
-    std::string bad = good;
-    bad[i] = static_cast<char>(bad[i] ^ 0x20);
-    EXPECT_THAT(damage_of(bad), HasSubstr("checkpoint /c/rank-2.ckpt is damaged")) << i;
-  }
-  // and every truncation
-  for (size_t n = 0; n < good.size(); ++n) {
-    EXPECT_THAT(damage_of(good.substr(0, n)), HasSubstr("is damaged")) << n;
-  }
-  std::string flipped = good;
-  flipped[60] = static_cast<char>(flipped[60] ^ 1);
-  EXPECT_THAT(damage_of(flipped), HasSubstr("checksum mismatch: the file says fnv1a64="));
-  EXPECT_THAT(damage_of(good.substr(0, good.size() - 3)), HasSubstr("truncated"));
-}
-
 // Runs body(rank) on `world` threads, each with its communicator of one group.
 void on_ranks(int world, const std::function<void(std::shared_ptr<Communicator>, int)>& body) {
   auto group = std::make_shared<testing::FakeGroup>(world);
@@ -189,6 +140,73 @@ TEST(Checkpointer, DamagedFileStopsEveryRankNamingIt) {
   EXPECT_THAT(errors[1], HasSubstr("checkpoint " + victim + " is damaged: checksum mismatch"));
   EXPECT_THAT(errors[0], HasSubstr("rank 1 could not load " + dir + "/step-4"));
   EXPECT_THAT(errors[2], HasSubstr("rank 1 could not load"));
+}
+
+// Note [Streaming checkpoints]: rank 0's payload, read by every rank, is
+// verified by rank 0 alone, and the agreement spreads its verdict; its
+// structure every rank checks, so a truncated one is named by every rank.
+TEST(Checkpointer, RankZerosPayloadIsVerifiedOnceAndItsDamageStopsEveryRank) {
+  std::string dir = fresh("rank0-damaged");
+  on_ranks(3, [&](std::shared_ptr<Communicator> comm, int rank) {
+    Checkpointer c(comm, dir);
+    c.save(4, sampler_of(rank, 4), std::string(rank == 0 ? 1000 : 0, 'p'));
+  });
+  std::string victim = dir + "/step-4/rank-0.ckpt";
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(500);  // in the payload
+    f.put('#');
+  }
+  auto load_all = [&] {
+    auto group = std::make_shared<testing::FakeGroup>(3);
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          Checkpointer c(group->communicator(r), dir);
+          c.load();
+        } catch (const Error& e) {
+          errors[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    return errors;
+  };
+  auto errors = load_all();
+  EXPECT_THAT(errors[0], HasSubstr("checkpoint " + victim + " is damaged: checksum mismatch"));
+  EXPECT_THAT(errors[1], HasSubstr("rank 0 could not load " + dir + "/step-4"));
+  EXPECT_THAT(errors[2], HasSubstr("rank 0 could not load " + dir + "/step-4"));
+  fs::resize_file(victim, 900);
+  errors = load_all();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_THAT(errors[static_cast<size_t>(r)],
+                HasSubstr("checkpoint " + victim + " is damaged: truncated"))
+        << r;
+  }
+}
+
+// Files written before version 2 still load.
+TEST(Checkpointer, AVersionOneCheckpointLoads) {
+  std::string dir = fresh("v1");
+  auto comm = std::make_shared<testing::FakeGroup>(1)->communicator(0);
+  {
+    Checkpointer c(comm, dir);
+    c.save(8, sampler_of(0, 8), std::string("new"));
+  }
+  resume::RankFile f;
+  f.step = 8;
+  f.world = 1;
+  f.sampler = sampler_of(0, 8).to_string();
+  f.payload = {'o', 'l', 'd'};
+  std::ofstream(dir + "/step-8/rank-0.ckpt", std::ios::binary | std::ios::trunc)
+      << resume::encode_v1(f);
+  Checkpointer c(comm, dir);
+  auto got = c.load();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(std::string(got->payload.begin(), got->payload.end()), "old");
+  EXPECT_EQ(got->sampler, sampler_of(0, 8));
 }
 
 TEST(Checkpointer, AnotherWorldSizeIsRefused) {
