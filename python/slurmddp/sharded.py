@@ -129,11 +129,7 @@ class ShardedCheckpointer:
         self.run_id = run_id()
         self.restart_count = restart_count()
         self._group_arg = group
-        try:
-            os.makedirs(self.dir, exist_ok=True)
-        except OSError as e:
-            raise _core.Error(f"ShardedCheckpointer: failed to create the directory {self.dir}: "
-                              f"{e.strerror}") from None
+        _core.make_private_dirs(self.dir)  # 0700 (Note [Planted files])
         if group is None and dist.is_available() and dist.is_initialized():
             _cpu_group(None)  # Note [The side group]
 
@@ -148,7 +144,7 @@ class ShardedCheckpointer:
                                         f"integer >= 0")
         rank, world, group = self._world()
         sdir = os.path.join(self.dir, f"step-{step}")
-        os.makedirs(sdir, exist_ok=True)
+        _core.make_private_dirs(sdir)
         if rank == 0:
             _unmark_complete(sdir)  # Note [Saving a step again]
         reason = ""
