@@ -1,6 +1,7 @@
 // A helper process for the multi-process store tests.
 //
 //   store_helper server [--handshake-ms N] [--stall-ms N] [--max-unauth N] [--nofile N]
+//                       [--reserve-fds N]
 //       Hosts a TcpStoreServer on 127.0.0.1 (port chosen by the kernel),
 //       prints "port <P>", then answers each "stats" line on stdin with one
 //       line of counters; exits 0 at end of input.
@@ -73,6 +74,7 @@ int run_server(const std::map<std::string, std::string>& f) {
   o.handshake_timeout = milliseconds(flag(f, "handshake-ms", 10000));
   o.stall_timeout = milliseconds(flag(f, "stall-ms", 30000));
   o.max_unauthenticated = static_cast<size_t>(flag(f, "max-unauth", 4096));
+  o.reserve_fds = static_cast<size_t>(flag(f, "reserve-fds", 0));
   auto server = slurmddp::TcpStoreServer::start(o);
   std::printf("port %u\n", server->port());
   std::fflush(stdout);
