@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <atomic>
+#include <deque>
 #include <regex>
+#include <thread>
 
 #include "process.h"
 #include "rank_args.h"
@@ -370,6 +373,54 @@ TEST(HostileClients, RunningOutOfFileDescriptorsDoesNotStopTheServer) {
   EXPECT_EQ(s["handshake_timeout"], 0u);
   server->close_stdin();
   ASSERT_EQ(server->wait(seconds(10)), std::optional<int>(0));
+}
+
+// Note [Store host bounds]: a peer on the network holds a thousand idle
+// connections to rank 0's store (and keeps opening more) while the ranks join,
+// under the bounds init() gives the store and the limit of open files srun
+// commonly passes (1,024). The group still forms, and rank 0 can still open
+// the files and sockets its process needs (the reserve: 2 per rank + 256).
+TEST(HostileClients, ADescriptorFloodStarvesNeitherTheJoinNorRankZerosOwnOpens) {
+  const std::string token = "descriptor-flood-token";
+  raise_nofile();
+  const int world = 8;
+  Env env{{"SLURMDDP_TOKEN", token}};
+  const std::string open_count = std::to_string(2 * world + 256);
+  auto host =
+      spawn({"rank", "--rank", "0", "--world", std::to_string(world), "--timeout-ms", "30000",
+             "--serve", "--as-init", "--nofile", "1024", "--open-files", open_count},
+            env);
+  const uint16_t port = read_port(*host);
+  ASSERT_NE(port, 0);
+  std::deque<store::Fd> flood;
+  for (int i = 0; i < 1000; ++i) {
+    flood.push_back(testing::raw_connect(port));
+    ASSERT_TRUE(flood.back().valid()) << "connection " << i;
+  }
+  // The flood goes on while the ranks join.
+  std::atomic<bool> joined{false};
+  std::thread flooder([&] {
+    while (!joined.load()) {
+      flood.push_back(testing::raw_connect(port));
+      if (flood.size() > 1200) flood.pop_front();
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  });
+  host->write_line("go");
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 1; r < world; ++r) {
+    ranks.push_back(spawn(
+        support::with_rank({"rank", "--timeout-ms", "30000", "--as-init"}, r, world, port), env));
+  }
+  auto line = host->read_line(seconds(30));
+  EXPECT_EQ(line, "opened " + open_count + " files") << host->stderr_text();
+  for (auto& p : ranks) {
+    EXPECT_EQ(p->wait(seconds(40)), std::optional<int>(0)) << p->stderr_text();
+  }
+  EXPECT_EQ(host->wait(seconds(40)), std::optional<int>(0)) << host->stderr_text();
+  joined.store(true);
+  flooder.join();
+  EXPECT_EQ(host->read_line(seconds(1)), "ok rank=0 world=" + std::to_string(world));
 }
 
 }  // namespace
