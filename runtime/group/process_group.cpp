@@ -10,6 +10,7 @@
 #include "group/duration.h"
 #include "group/node_gpus.h"
 #include "group/open_files.h"
+#include "group/open_store.h"
 #include "group/rendezvous_store.h"
 #include "group/store_host.h"
 #include "group/watch.h"
@@ -205,11 +206,9 @@ std::shared_ptr<Store> tcp_rendezvous(const ProcessIdentity& id, std::chrono::mi
   o.is_server = id.rank == 0;
   o.token = id.token;
   o.timeout = timeout;
-  if (id.token.empty()) {
-    SLURMDDP_LOG_DEBUG(kComponent, "no SLURMDDP_TOKEN: the rendezvous store on "
-                                       << id.master_addr << ":" << id.master_port
-                                       << " is open to anyone who can reach it");
-  }
+  // Note [Open store]
+  const std::string open = check_open_store(id, getenv_opt(kEnvRequireToken), host_name(), head);
+  if (!open.empty()) SLURMDDP_LOG_WARN(kComponent, open);
   if (o.is_server) host_options(id, o.server);
   try {
     return make_tcp_store(o);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <regex>
@@ -180,6 +181,40 @@ TEST(StoreFailures, WithoutATokenBothSidesSaySoAtDebugLevel) {
               HasSubstr("store: server on port " + std::to_string(port) +
                         " runs without a token: any client that can reach the port may use "
                         "the store"));
+}
+
+// Note [Open store]: init()'s rendezvous without a token is not silent: rank 0
+// warns at the default level (the others leave it to rank 0), and
+// SLURMDDP_REQUIRE_TOKEN=1 refuses it on every rank.
+TEST(StoreFailures, InitsOpenStoreIsWarnedAboutOnRankZeroAndRefusedWhenATokenIsRequired) {
+  auto host = spawn(
+      {"rank", "--rank", "0", "--world", "2", "--timeout-ms", "10000", "--serve", "--as-init"});
+  const uint16_t port = read_port(*host);
+  ASSERT_NE(port, 0);
+  auto other =
+      spawn(support::with_rank({"rank", "--timeout-ms", "10000", "--as-init"}, 1, 2, port));
+  ASSERT_EQ(host->wait(seconds(20)), std::optional<int>(0)) << host->stderr_text();
+  ASSERT_EQ(other->wait(seconds(20)), std::optional<int>(0)) << other->stderr_text();
+  const std::string warning = host->stderr_text();
+  EXPECT_THAT(warning, HasSubstr("slurm-ddp[warn "));
+  EXPECT_THAT(warning, HasSubstr("no SLURMDDP_TOKEN: the rendezvous store at 127.0.0.1:"));
+  EXPECT_THAT(warning, HasSubstr("runs without authentication"));
+  EXPECT_THAT(warning, HasSubstr("SLURMDDP_REQUIRE_TOKEN=1 refuses to run without one"));
+  EXPECT_EQ(std::count(warning.begin(), warning.end(), '\n'), 1) << warning;
+  EXPECT_EQ(other->stderr_text(), "");
+
+  for (int r : {0, 1}) {
+    auto refused =
+        spawn(support::with_rank({"rank", "--timeout-ms", "5000", "--as-init"}, r, 2, port),
+              {{"SLURMDDP_REQUIRE_TOKEN", "1"}});
+    ASSERT_EQ(refused->wait(seconds(10)), std::optional<int>(5)) << refused->stderr_text();
+    EXPECT_THAT(refused->stderr_text(),
+                HasSubstr("init: refusing to run the rendezvous store at 127.0.0.1:" +
+                          std::to_string(port) +
+                          " without authentication: SLURMDDP_REQUIRE_TOKEN=1 requires a token, "
+                          "but SLURMDDP_TOKEN is not set"));
+    EXPECT_THAT(refused->stderr_text(), HasSubstr("rank=" + std::to_string(r) + ", host="));
+  }
 }
 
 TEST(StoreFailures, AClosedPortIsNamedWithinTheTimeout) {

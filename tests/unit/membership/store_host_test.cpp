@@ -1,11 +1,13 @@
 // How rank 0 hosts the rendezvous store: its bounds from the world size and
-// the limit of open files (Note [Store host bounds]) and where it listens
-// (Note [Store listen address]).
+// the limit of open files (Note [Store host bounds]), where it listens (Note
+// [Store listen address]), and what happens without a token (Note [Open store]).
 #include "group/store_host.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "group/open_store.h"
+#include "slurmddp/error.h"
 
 namespace slurmddp {
 namespace {
@@ -68,6 +70,56 @@ TEST(StoreListen, OtherwiseEveryInterfaceAndWhy) {
   EXPECT_THAT(all("n7", {ip("10.1.0.7"), ip("192.168.8.7")}), HasSubstr("several addresses"));
   EXPECT_THAT(all("n7", {ip("10.1.0.7"), ip("10.9.9.9")}), HasSubstr("not all of them"));
   EXPECT_THAT(all("nowhere", {}), HasSubstr("does not resolve here"));
+}
+
+ProcessIdentity identity(int rank, const std::string& token) {
+  ProcessIdentity id;
+  id.rank = rank;
+  id.world_size = 4;
+  id.master_addr = "10.1.0.7";
+  id.master_port = 61234;
+  id.token = token;
+  return id;
+}
+
+std::string refusal(const ProcessIdentity& id, const std::optional<std::string>& require) {
+  try {
+    check_open_store(id, require, "n7", "init: ");
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(OpenStore, RankZeroWarnsOnceNamingTheRiskAndTheWayOut) {
+  const std::string w = check_open_store(identity(0, ""), std::nullopt, "n7", "init: ");
+  EXPECT_THAT(w, HasSubstr("no SLURMDDP_TOKEN: the rendezvous store at 10.1.0.7:61234 runs "
+                           "without authentication"));
+  EXPECT_THAT(w, HasSubstr("take the port first and pose as rank 0's server"));
+  EXPECT_THAT(w, HasSubstr("SPANK plugin draws a token"));
+  EXPECT_THAT(w, HasSubstr("set SLURMDDP_TOKEN to the same secret in every rank's environment"));
+  EXPECT_THAT(w, HasSubstr("SLURMDDP_REQUIRE_TOKEN=1 refuses"));
+  EXPECT_THAT(w, HasSubstr("rank=0, host=n7"));
+  // The other ranks leave it to rank 0; with a token nobody says anything.
+  EXPECT_EQ(check_open_store(identity(3, ""), std::nullopt, "n7", "init: "), "");
+  EXPECT_EQ(check_open_store(identity(0, "secret"), std::nullopt, "n7", "init: "), "");
+  EXPECT_EQ(check_open_store(identity(0, ""), std::string("0"), "n7", "init: "), w);
+  EXPECT_EQ(check_open_store(identity(0, ""), std::string(""), "n7", "init: "), w);
+}
+
+TEST(OpenStore, ARequiredTokenThatIsMissingIsRefusedOnEveryRank) {
+  for (int rank : {0, 2}) {
+    const std::string e = refusal(identity(rank, ""), std::string("1"));
+    EXPECT_THAT(e, HasSubstr("init: refusing to run the rendezvous store at 10.1.0.7:61234 "
+                             "without authentication: SLURMDDP_REQUIRE_TOKEN=1 requires a "
+                             "token, but SLURMDDP_TOKEN is not set"));
+    EXPECT_THAT(e, HasSubstr("rank=" + std::to_string(rank) + ", host=n7"));
+  }
+  EXPECT_THAT(refusal(identity(1, ""), std::string("yes")),
+              HasSubstr("SLURMDDP_REQUIRE_TOKEN=yes"));
+  EXPECT_EQ(refusal(identity(0, "secret"), std::string("1")), "(no error)");
+  EXPECT_THAT(refusal(identity(0, "secret"), std::string("sometimes")),
+              HasSubstr("SLURMDDP_REQUIRE_TOKEN='sometimes'"));
 }
 
 }  // namespace
