@@ -74,6 +74,8 @@ struct Context {
   // The thread variables of the user's environment, as srun passed it
   // (read in user_init, before any plugin's task_init changed it).
   std::vector<std::pair<std::string, std::string>> user_thread_vars;
+  // The admin's policies for every task of a task step (launch::policy_environment).
+  std::vector<launch::EnvChange> policy;
 };
 Context g;
 
@@ -159,6 +161,7 @@ void plan_remote(spank_t sp) {
   f.job_id = item_u32(sp, S_JOB_ID, "the job id");
   f.step_id = item_u32(sp, S_JOB_STEPID, "the step id");
   if (!launch::is_task_step(f.step_id)) return;  // batch, extern, interactive: skip
+  g.policy = launch::policy_environment(*g.conf);
   auto env = [sp](const char* n) { return remote_getenv(sp, n); };
   launch::Settings s = launch::resolve_settings(g.opts, env, *g.conf, launch::step_name(f));
   if (!s.enabled) return;
@@ -226,6 +229,17 @@ launch::ThreadPlan plan_task_threads(spank_t sp) {
   return launch::plan_threads(f);
 }
 
+void apply_changes(spank_t sp, const std::vector<launch::EnvChange>& changes) {
+  for (const auto& change : changes) {
+    spank_err_t rc = change.value ? spank_setenv(sp, change.name.c_str(), change.value->c_str(),
+                                                 change.overwrite ? 1 : 0)
+                                  : spank_unsetenv(sp, change.name.c_str());
+    if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_EXISTS && change.value) {
+      throw launch::LaunchError("failed to set " + change.name + ": " + spank_strerror(rc));
+    }
+  }
+}
+
 // task_init: apply the plan to one task.
 int apply_remote(spank_t sp) {
   int local_id = 0;
@@ -254,14 +268,7 @@ int apply_remote(spank_t sp) {
     t.global_rank = number("SLURM_PROCID");
     t.node_rank = number("SLURM_NODEID");
   }
-  for (const auto& change : launch::task_environment(*g.plan, t)) {
-    spank_err_t rc = change.value ? spank_setenv(sp, change.name.c_str(), change.value->c_str(),
-                                                 change.overwrite ? 1 : 0)
-                                  : spank_unsetenv(sp, change.name.c_str());
-    if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_EXISTS && change.value) {
-      throw launch::LaunchError("failed to set " + change.name + ": " + spank_strerror(rc));
-    }
-  }
+  apply_changes(sp, launch::task_environment(*g.plan, t));
   std::optional<launch::ThreadPlan> threads;
   if (g.plan->threads) threads = plan_task_threads(sp);
   if (threads) {
@@ -359,8 +366,11 @@ SLURMDDP_EXPORT int slurm_spank_user_init(spank_t sp, int, char**) {
 }
 
 SLURMDDP_EXPORT int slurm_spank_task_init(spank_t sp, int, char**) {
-  if (!spank_remote(sp) || g.skip) return 0;
-  return guarded("task", [sp] { return apply_remote(sp); });
+  if (!spank_remote(sp) || (g.skip && g.policy.empty())) return 0;
+  return guarded("task", [sp] {
+    apply_changes(sp, g.policy);  // in disabled steps too
+    return g.skip ? 0 : apply_remote(sp);
+  });
 }
 
 }  // extern "C"

@@ -27,14 +27,25 @@ struct TcpStoreServerOptions {
   uint16_t port = 0;
   // The shared secret; empty: open, no authentication.
   std::string token;
-  // A connection must complete the handshake within this, or it is closed.
-  Millis handshake_timeout{10000};
+  // A connection must complete the handshake within this, or it is closed. A
+  // legitimate handshake is one round trip; a client that is closed retries.
+  Millis handshake_timeout{3000};
   // After the handshake, a frame that has begun must keep arriving: a
   // connection whose partial frame makes no progress for this long is closed.
   Millis stall_timeout{30000};
   // At most this many connections may be in the handshake at once; each new
-  // one beyond it closes the one that has waited longest.
-  size_t max_unauthenticated = 4096;
+  // one beyond it closes the oldest connection of the source address that has
+  // the most in the handshake (the oldest overall when every source has as
+  // many), never the new one. slurmddp::init() sets it from the world size
+  // and the limit of open files.
+  size_t max_unauthenticated = 1024;
+  // Descriptors the server leaves to the rest of its process (checkpoints,
+  // sockets of the communicators, the program's own files): a connection that
+  // arrives when fewer than this many are free under RLIMIT_NOFILE closes a
+  // connection still in the handshake (chosen as above) instead of holding
+  // one more descriptor. "Free" is judged from the descriptor the kernel gives
+  // the new connection (always the lowest free number). 0: no reserve.
+  size_t reserve_fds = 32;
   // Blocked get/wait requests one connection may have parked at once; more are
   // answered with an error.
   size_t max_parked_per_connection = 1024;
@@ -63,7 +74,8 @@ struct TcpStoreServerStats {
   uint64_t refused_wrong_token = 0;        // wrong proof (wrong token or replayed handshake)
   uint64_t refused_handshake_timeout = 0;  // no complete handshake in time
   uint64_t refused_stalled = 0;            // a partial frame held open past stall_timeout
-  uint64_t refused_over_capacity = 0;      // evicted by max_unauthenticated, or no fds left
+  uint64_t refused_over_capacity = 0;      // evicted by max_unauthenticated or reserve_fds,
+                                           // or no fds left
 };
 
 // A store server running its event loop (epoll, one thread) in the background.

@@ -5,11 +5,16 @@
 
 #include <algorithm>
 
+#include "group/store_host.h"
+
 namespace slurmddp {
 
 uint64_t open_files_needed(int world_size, bool hosts_store) {
   const auto n = static_cast<uint64_t>(std::max(world_size, 1));
-  return (hosts_store ? n : 0) + 2 * n + 256;
+  // Note [Store host bounds]: the host's server also holds connections that
+  // have not authenticated yet, and leaves the reserve (both meshes and a
+  // margin) to the rest of the process.
+  return (hosts_store ? n + pending_wanted(world_size) : 0) + reserve_wanted(world_size);
 }
 
 std::string ensure_open_files(uint64_t needed, const std::string& who) {

@@ -15,7 +15,8 @@
 namespace slurmddp {
 
 // The descriptors a rank of `world_size` needs: the store's connections (on
-// rank 0, `hosts_store`), both flat meshes, and a margin for the program's own.
+// rank 0, `hosts_store`: one per rank and those still authenticating, Note
+// [Store host bounds]), both flat meshes, and a margin for the program's own.
 uint64_t open_files_needed(int world_size, bool hosts_store);
 
 // Raises this process's soft RLIMIT_NOFILE to `needed` (never above the hard

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "group/store_host.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {
@@ -152,6 +153,10 @@ std::shared_ptr<TcpStore> pmix_rendezvous(const ProcessIdentity& id,
     o.is_server = true;
     o.port = 0;  // the kernel's choice: nothing to configure, nothing to collide with
     o.host = "127.0.0.1";
+    // Note [Store host bounds]
+    const TcpStoreServerOptions bounds = store_bounds(id.world_size, soft_nofile());
+    o.server.max_unauthenticated = bounds.max_unauthenticated;
+    o.server.reserve_fds = bounds.reserve_fds;
     store = make_tcp_store(o);
     std::string host = !id.master_addr.empty() ? id.master_addr : reachable_address(id.ifname);
     std::string endpoint = host + " " + std::to_string(store->port());

@@ -10,8 +10,12 @@
 #include "group/duration.h"
 #include "group/node_gpus.h"
 #include "group/open_files.h"
+#include "group/open_store.h"
 #include "group/rendezvous_store.h"
+#include "group/store_host.h"
 #include "group/watch.h"
+#include "launch/address.h"
+#include "launch/error.h"
 #include "launch/gpu_binding.h"
 #include "membership/membership.h"
 #include "slurmddp/error.h"
@@ -167,6 +171,34 @@ std::shared_ptr<membership::Membership> join_group(const ProcessIdentity& id,
   }
 }
 
+// Rank 0's server: its bounds from the world size and the limit of open files
+// (Note [Store host bounds]), and where it listens (Note [Store listen address]).
+void host_options(const ProcessIdentity& id, TcpStoreServerOptions& server) {
+  // init() raised the limit already and said so when it could not; the other
+  // front ends of the rendezvous (rendezvous_store.h) did not.
+  (void)ensure_open_files(open_files_needed(id.world_size, true), "");
+  const uint64_t nofile = soft_nofile();
+  const TcpStoreServerOptions bounds = store_bounds(id.world_size, nofile);
+  server.max_unauthenticated = bounds.max_unauthenticated;
+  server.reserve_fds = bounds.reserve_fds;
+  std::vector<launch::IpAddress> resolved;
+  try {
+    resolved = launch::resolve_host(id.master_addr);
+  } catch (const launch::LaunchError&) {
+    // Listening on every interface, which store_listen_address says.
+  }
+  const ListenChoice where =
+      store_listen_address(id.master_addr, resolved, launch::local_interface_addresses());
+  server.bind_host = where.host;
+  SLURMDDP_LOG_INFO(
+      kComponent, "rendezvous store: "
+                      << where.why << "; at most " << server.max_unauthenticated
+                      << " connections authenticating at once, " << server.reserve_fds
+                      << " file descriptors left to the rest of "
+                         "the process (limit "
+                      << (nofile == 0 ? std::string("unlimited") : std::to_string(nofile)) << ")");
+}
+
 std::shared_ptr<Store> tcp_rendezvous(const ProcessIdentity& id, std::chrono::milliseconds timeout,
                                       const std::string& head) {
   TcpStoreOptions o;
@@ -175,11 +207,10 @@ std::shared_ptr<Store> tcp_rendezvous(const ProcessIdentity& id, std::chrono::mi
   o.is_server = id.rank == 0;
   o.token = id.token;
   o.timeout = timeout;
-  if (id.token.empty()) {
-    SLURMDDP_LOG_DEBUG(kComponent, "no SLURMDDP_TOKEN: the rendezvous store on "
-                                       << id.master_addr << ":" << id.master_port
-                                       << " is open to anyone who can reach it");
-  }
+  // Note [Open store]
+  const std::string open = check_open_store(id, getenv_opt(kEnvRequireToken), host_name(), head);
+  if (!open.empty()) SLURMDDP_LOG_WARN(kComponent, open);
+  if (o.is_server) host_options(id, o.server);
   try {
     return make_tcp_store(o);
   } catch (const TimeoutError& e) {

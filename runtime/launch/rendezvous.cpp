@@ -341,4 +341,10 @@ std::string describe(const StepPlan& p, bool have_token) {
   return s;
 }
 
+std::vector<EnvChange> policy_environment(const PlugstackConfig& conf) {
+  std::vector<EnvChange> out;
+  if (conf.require_token) out.push_back({kEnvRequireToken, std::string("1"), true});
+  return out;
+}
+
 }  // namespace slurmddp::launch

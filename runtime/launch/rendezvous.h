@@ -193,6 +193,11 @@ struct EnvChange {
 std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t,
                                         const NetworkView& net = {});
 
+// The admin's policies that every task of a task step gets, whether or not
+// the step uses the plugin's rendezvous (--no-ddp, default=off): under
+// require_token=yes, SLURMDDP_REQUIRE_TOKEN=1 (overwriting the user's value).
+std::vector<EnvChange> policy_environment(const PlugstackConfig& conf);
+
 // One line for --ddp-verbose. Never contains the token.
 std::string describe(const StepPlan& plan, bool have_token);
 

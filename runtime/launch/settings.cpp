@@ -29,6 +29,10 @@ const std::vector<KeyDoc>& plugstack_keys() {
        "export NCCL_SOCKET_IFNAME = each node's interface toward MASTER_ADDR, unless the user or "
        "the container image set it (no: leave NCCL's own choice)"},
       {"verbose", "yes|no", "no", "print the resolved rendezvous once per step by default"},
+      {"require_token", "yes|no", "no",
+       "export SLURMDDP_REQUIRE_TOKEN=1 into every task of every task step, so that the runtime "
+       "refuses to run a rendezvous store without the step's token (where srun did not load the "
+       "plugin, or --no-ddp) instead of running it open"},
       {"launcher", "direct|torchrun|master-only", "direct",
        "what each task is by default (--ddp-launcher): one rank (direct), one torchrun agent per "
        "node (torchrun: PET_* variables), or a framework that maps SLURM_* itself (master-only: "
@@ -116,6 +120,8 @@ PlugstackConfig parse_plugstack_args(const std::vector<std::string>& args) {
       c.verbose = parse_on_off(key, value);
     } else if (key == "launcher") {
       c.launcher = parse_launcher(what, value);
+    } else if (key == "require_token") {
+      c.require_token = parse_on_off(key, value);
     } else {
       throw LaunchError("unknown plugstack argument " + quote(key) + " in " + quote(arg) +
                         "; accepted keys: " + accepted_keys());

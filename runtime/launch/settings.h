@@ -52,6 +52,7 @@ struct PlugstackConfig {
   bool nccl_ifname = true;                   // nccl_ifname=yes|no
   bool verbose = false;                      // verbose=yes|no
   Launcher launcher = Launcher::kDirect;     // launcher=direct|torchrun|master-only
+  bool require_token = false;                // require_token=yes|no (Note [Open store])
 };
 
 // Parses plugstack arguments ("key=value" each). Unknown keys and bad values
@@ -114,6 +115,10 @@ inline constexpr const char* kEnvBindGpu = "SLURMDDP_BIND_GPU";
 inline constexpr const char* kEnvThreads = "SLURMDDP_THREADS";
 inline constexpr const char* kEnvVerbose = "SLURMDDP_VERBOSE";
 inline constexpr const char* kEnvLauncher = "SLURMDDP_LAUNCHER";
+// Set by the plugin to 1 in every task of a task step under require_token=yes:
+// the runtime then refuses to run a TCP rendezvous without SLURMDDP_TOKEN
+// (Note [Open store], runtime/group/open_store.h).
+inline constexpr const char* kEnvRequireToken = "SLURMDDP_REQUIRE_TOKEN";
 // Set by the plugin in every task: "<jobid>.<stepid>". When a later srun
 // inherits it, MASTER_PORT in that environment is the plugin's own export of an
 // earlier step, not a user's choice, and is ignored.

@@ -96,16 +96,12 @@ Reply TcpClient::read_frame(int fd, Clock::time_point deadline, size_t max) {
   return r;
 }
 
-void TcpClient::send_handshake(int fd, const std::vector<uint8_t>& frame) {
-  size_t sent = 0;
-  while (sent < frame.size()) {
-    ssize_t n = ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
-      throw RetryableError{std::string("the handshake failed: ") + std::strerror(errno)};
-    }
-  }
+// Bounded by the handshake's deadline: a server that never reads (its buffers
+// full, or not a store at all) fails the attempt instead of spinning on EAGAIN.
+void TcpClient::send_handshake(int fd, const std::vector<uint8_t>& frame,
+                               Clock::time_point deadline) {
+  const std::string why = send_before(fd, frame.data(), frame.size(), deadline);
+  if (!why.empty()) throw RetryableError{"the handshake failed: " + why};
 }
 
 // The client's side of the handshake (Note [Store wire protocol]): one round
@@ -115,7 +111,7 @@ void TcpClient::handshake(int fd, Clock::time_point deadline) {
   auth::Nonce client_nonce = auth::random_nonce();
   wire::Writer hello(wire::Type::kClientHello, 0);
   hello.raw(client_nonce.data(), client_nonce.size());
-  send_handshake(fd, hello.finish());
+  send_handshake(fd, hello.finish(), deadline);
 
   Reply answer = read_frame(fd, deadline, wire::kMaxHandshakeFrame);
   wire::Reader r(answer.payload.data(), answer.payload.size());
@@ -147,7 +143,7 @@ void TcpClient::handshake(int fd, Clock::time_point deadline) {
     wire::Writer w(wire::Type::kAuthAbort, 0);
     w.u8(static_cast<uint8_t>(why));
     try {
-      send_handshake(fd, w.finish());
+      send_handshake(fd, w.finish(), deadline);
     } catch (const RetryableError&) {
       // The refusal below says everything the caller needs.
     }
@@ -167,7 +163,7 @@ void TcpClient::handshake(int fd, Clock::time_point deadline) {
   wire::Writer proof(wire::Type::kClientProof, 0);
   auth::Proof mine = prover.client_proof(server_nonce, client_nonce);
   proof.raw(mine.data(), mine.size());
-  send_handshake(fd, proof.finish());
+  send_handshake(fd, proof.finish(), deadline);
 }
 
 }  // namespace slurmddp::store

@@ -68,6 +68,31 @@ std::string errno_text(const char* what, int err) {
 
 }  // namespace
 
+std::string send_before(int fd, const uint8_t* data, size_t n, Clock::time_point deadline) {
+  size_t sent = 0;
+  const auto progress = [&] {
+    return "; peer=" + peer_name(fd) + ", sent " + std::to_string(sent) + " of " +
+           std::to_string(n) + " bytes";
+  };
+  while (sent < n) {
+    ssize_t k = ::send(fd, data + sent, n - sent, MSG_NOSIGNAL);
+    if (k > 0) {
+      sent += static_cast<size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      return errno_text("send", errno) + progress();
+    }
+    // The buffer is full: wait until the peer reads, at most until the deadline.
+    pollfd p{fd, POLLOUT, 0};
+    int r = poll(&p, 1, poll_timeout(deadline));
+    if (r < 0 && errno != EINTR) return errno_text("poll", errno) + progress();
+    if (r == 0) return "the peer did not read what was sent before the deadline" + progress();
+  }
+  return "";
+}
+
 Fd listen_tcp(const std::string& bind_host, uint16_t port, uint16_t* bound) {
   const std::string where = format_endpoint(bind_host.empty() ? "*" : bind_host, port);
   addrinfo hints{};

@@ -58,6 +58,11 @@ Fd listen_tcp(const std::string& bind_host, uint16_t port, uint16_t* bound);
 Fd connect_once(const std::string& host, uint16_t port, Clock::time_point deadline,
                 std::string* why);
 
+// Sends all `n` bytes on the non-blocking socket `fd`, waiting in poll(2)
+// while its send buffer is full, until `deadline`. Returns "" once every byte
+// is sent, else why not, naming the peer as "addr:port" and how far it got.
+std::string send_before(int fd, const uint8_t* data, size_t n, Clock::time_point deadline);
+
 // Milliseconds from now until `deadline` for poll(2): 0 when past, capped.
 int poll_timeout(Clock::time_point deadline);
 

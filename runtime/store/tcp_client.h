@@ -104,7 +104,7 @@ class TcpClient final : public TcpStore, public BarrierJoin {
   // Handshake, on the fresh socket before any request (client_connect.cpp).
   void handshake(int fd, Clock::time_point deadline);
   Reply read_frame(int fd, Clock::time_point deadline, size_t max);
-  static void send_handshake(int fd, const std::vector<uint8_t>& frame);
+  static void send_handshake(int fd, const std::vector<uint8_t>& frame, Clock::time_point deadline);
 
   void expect(const Reply& r, wire::Type type);
   [[noreturn]] void protocol_violation(const std::string& what, const std::string& why);

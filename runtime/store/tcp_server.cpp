@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -134,66 +135,103 @@ void TcpStoreServer::Impl::run() {
 }
 
 void TcpStoreServer::Impl::on_accept() {
+  rlimit rl{};
+  fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 0;
   for (int i = 0; i < kAcceptBatch; ++i) {
     sockaddr_storage addr{};
     socklen_t addr_len = sizeof addr;
     int fd = accept4(listen_fd.get(), reinterpret_cast<sockaddr*>(&addr), &addr_len,
                      SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if ((errno == EMFILE || errno == ENFILE) && spare_fd.valid()) {
-        // Free the spare fd to take the connection off the queue and close it.
-        spare_fd.reset();
-        Fd victim(accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
-        if (victim.valid()) {
-          count_refusal(Refusal::kOverCapacity, store::peer_name(victim.get()),
-                        "out of file descriptors");
-        }
-        victim.reset();
-        spare_fd = Fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
-        continue;
-      }
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        // Out of fds without a spare (another thread took it), or out of
-        // memory: stop watching the listening socket for a moment instead of
-        // spinning on it; the kernel keeps the connections queued meanwhile.
-        SLURMDDP_LOG_WARN(kComponent, "cannot accept connections for now: "
-                                          << std::strerror(errno)
-                                          << "; retrying in 100 ms; port=" << port);
-        epoll_event ev{};
-        ev.data.u64 = kListenId;
-        epoll_ctl(epoll_fd.get(), EPOLL_CTL_MOD, listen_fd.get(), &ev);
-        timers.emplace(Clock::now() + kAcceptPause, TimerKind::kResumeAccept, kListenId);
-      }
-      return;
+    if (fd >= 0) {
+      admit(Fd(fd), addr, addr_len, false);
+      continue;
     }
-    auto conn = std::make_unique<Conn>();
-    Conn& c = *conn;
-    c.id = next_conn++;
-    c.fd = Fd(fd);
-    c.addr = addr;  // TCP_NODELAY comes from the listening socket
-    c.addr_len = addr_len;
-    conns.emplace(c.id, std::move(conn));
-    unauthenticated.insert(c.id);
-    counters.accepted.fetch_add(1, std::memory_order_relaxed);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = c.id;
-    c.epoll_events = EPOLLIN;
-    epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev);
-    c.handshake_due = Clock::now() + opts.handshake_timeout;
-    timers.emplace(c.handshake_due, TimerKind::kHandshake, c.id);
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if ((errno == EMFILE || errno == ENFILE) && spare_fd.valid()) {
+      // Free the spare fd to take the connection off the queue; admitting it
+      // closes a pending connection (or it), and the spare comes back.
+      spare_fd.reset();
+      addr_len = sizeof addr;
+      Fd next(accept4(listen_fd.get(), reinterpret_cast<sockaddr*>(&addr), &addr_len,
+                      SOCK_NONBLOCK | SOCK_CLOEXEC));
+      if (next.valid()) admit(std::move(next), addr, addr_len, true);
+      spare_fd = Fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+      continue;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      // Out of fds without a spare (another thread took it), or out of
+      // memory: stop watching the listening socket for a moment instead of
+      // spinning on it; the kernel keeps the connections queued meanwhile.
+      SLURMDDP_LOG_WARN(kComponent, "cannot accept connections for now: "
+                                        << std::strerror(errno)
+                                        << "; retrying in 100 ms; port=" << port);
+      epoll_event ev{};
+      ev.data.u64 = kListenId;
+      epoll_ctl(epoll_fd.get(), EPOLL_CTL_MOD, listen_fd.get(), &ev);
+      timers.emplace(Clock::now() + kAcceptPause, TimerKind::kResumeAccept, kListenId);
+    }
+    return;
+  }
+}
 
-    if (unauthenticated.size() > opts.max_unauthenticated) {
-      Conn* oldest = find(*unauthenticated.begin());
-      refuse(*oldest, Refusal::kOverCapacity,
-             "more than " + std::to_string(opts.max_unauthenticated) +
-                 " connections in the handshake; closed the oldest");
-    }
-    uint64_t pending = unauthenticated.size();
-    if (pending > counters.peak_unauthenticated.load(std::memory_order_relaxed)) {
-      counters.peak_unauthenticated.store(pending, std::memory_order_relaxed);
-    }
+// Whether a connection on descriptor `fd` leaves fewer than reserve_fds free:
+// the kernel hands out the lowest free number, so every descriptor below `fd`
+// is in use (Note [Store server bounds]).
+bool TcpStoreServer::Impl::short_of_fds(int fd) const {
+  return fd_limit != 0 && static_cast<uint64_t>(fd) + 1 + opts.reserve_fds > fd_limit;
+}
+
+// A new connection joins the pending ones; then, over a bound, one pending
+// connection is closed to make room (Note [Pending connections]): over
+// max_unauthenticated, short of the descriptor reserve, or out of descriptors
+// altogether. The new one is closed only when it is the only one pending.
+void TcpStoreServer::Impl::admit(Fd fd, const sockaddr_storage& addr, socklen_t addr_len,
+                                 bool out_of_fds) {
+  const bool short_fds = out_of_fds || short_of_fds(fd.get());
+  auto conn = std::make_unique<Conn>();
+  Conn& c = *conn;
+  c.id = next_conn++;
+  c.fd = std::move(fd);
+  c.addr = addr;  // TCP_NODELAY comes from the listening socket
+  c.addr_len = addr_len;
+  c.source = store::source_address(reinterpret_cast<const sockaddr*>(&addr), addr_len);
+  const int raw = c.fd.get();
+  conns.emplace(c.id, std::move(conn));
+  unauthenticated.add(c.id, c.source);
+  counters.accepted.fetch_add(1, std::memory_order_relaxed);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = c.id;
+  c.epoll_events = EPOLLIN;
+  epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, raw, &ev);
+  c.handshake_due = Clock::now() + opts.handshake_timeout;
+  timers.emplace(c.handshake_due, TimerKind::kHandshake, c.id);
+
+  // Within the reserve, the one connection pending may stay (so that a rank
+  // can still join, one at a time); out of descriptors, not even that.
+  std::string why;
+  bool alone_may_stay = false;
+  if (unauthenticated.size() > opts.max_unauthenticated) {
+    why = "more than " + std::to_string(opts.max_unauthenticated) + " connections in the handshake";
+  } else if (out_of_fds) {
+    why = "out of file descriptors";
+  } else if (short_fds && opts.reserve_fds > 0) {
+    why = "fewer than " + std::to_string(opts.reserve_fds) +
+          " file descriptors free (reserve_fds, limit " + std::to_string(fd_limit) + ")";
+    alone_may_stay = true;
+  }
+  const uint64_t victim = *unauthenticated.victim();
+  if (!why.empty() && !(victim == c.id && alone_may_stay)) {
+    Conn* v = find(victim);
+    const size_t crowd = unauthenticated.from(v->source);
+    refuse(*v, Refusal::kOverCapacity,
+           why + (victim == c.id ? "; closed this one, the only one pending"
+                                 : "; closed the oldest of the " + std::to_string(crowd) +
+                                       " pending from " + v->source));
+  }
+  uint64_t pending = unauthenticated.size();
+  if (pending > counters.peak_unauthenticated.load(std::memory_order_relaxed)) {
+    counters.peak_unauthenticated.store(pending, std::memory_order_relaxed);
   }
 }
 
@@ -278,7 +316,7 @@ void TcpStoreServer::Impl::count_refusal(Refusal why, const std::string& peer,
 
 void TcpStoreServer::Impl::close_conn(Conn& c) {
   state.drop_connection(c.id);
-  unauthenticated.erase(c.id);
+  unauthenticated.remove(c.id);
   timers.erase(Timer{c.handshake_due, TimerKind::kHandshake, c.id});
   if (c.stall_armed) timers.erase(Timer{c.stall_due, TimerKind::kStall, c.id});
   buffered -= c.accounted;

@@ -16,19 +16,25 @@
 //    kMaxHandshakeFrame bytes; a longer length field closes it unread, and it
 //    must finish the handshake within handshake_timeout;
 //  - at most max_unauthenticated connections may be in the handshake; each
-//    new one beyond that closes the one that has waited longest;
+//    new one beyond that closes the oldest of the most crowded source address
+//    (Note [Pending connections]), never the new one;
 //  - after it, frames are bounded by kMaxFrame and buffered only as their bytes
 //    arrive (a length field alone allocates nothing); a partial frame that
 //    makes no progress for stall_timeout closes the connection;
 //  - a connection's pending replies above output_high_water stop its reads,
 //    and at most max_parked_per_connection requests may be parked per
 //    connection; replies to get point at the stored value instead of copying it;
-//  - out of file descriptors, one spare fd lets the server accept and close
-//    the newest connection instead of spinning on EMFILE (and without the
-//    spare it stops watching the listening socket for kAcceptPause).
+//  - descriptors: a connection that arrives with fewer than reserve_fds
+//    descriptors free closes a pending one in the same way, so that pending
+//    connections never eat into what the process keeps for its own opens;
+//    out of descriptors altogether, one spare fd lets the server take the new
+//    connection and close a pending one instead of spinning on EMFILE (the
+//    new one only when none is pending; without the spare it stops watching
+//    the listening socket for kAcceptPause).
 // So with a token, hostile clients cost at most max_unauthenticated *
-// kMaxHandshakeFrame bytes of buffers plus their sockets. Without a token
-// anyone who connects is a client, as with torch's store.
+// kMaxHandshakeFrame bytes of buffers plus as many descriptors, and a rank
+// that is joining is not the one closed to make room. Without a token anyone
+// who connects is a client, as with torch's store.
 #pragma once
 
 #include <sys/socket.h>
@@ -51,6 +57,7 @@
 #include "slurmddp/tcp_store_server.h"
 #include "store/auth.h"
 #include "store/kv_table.h"
+#include "store/pending_connections.h"
 #include "store/refusal.h"
 #include "store/server_handshake.h"
 #include "store/server_state.h"
@@ -93,6 +100,7 @@ struct Conn {
   Fd fd;
   sockaddr_storage addr{};  // the peer, formatted only when logged
   socklen_t addr_len = 0;
+  std::string source;  // the peer's address without the port (Note [Pending connections])
   bool authenticated = false;
   store::ServerHandshake handshake;  // until authenticated
   std::string peer() const {
@@ -138,6 +146,8 @@ struct __attribute__((visibility("hidden"))) TcpStoreServer::Impl {
 
   // Events (tcp_server.cpp).
   void on_accept();
+  void admit(Fd fd, const sockaddr_storage& addr, socklen_t addr_len, bool out_of_fds);
+  bool short_of_fds(int fd) const;
   void on_timer(const Timer& t);
   void fire_timers(store::Clock::time_point now);
 
@@ -201,7 +211,8 @@ struct __attribute__((visibility("hidden"))) TcpStoreServer::Impl {
   Answers answers{this};
   store::ServerState state{opts.max_parked_per_connection, &answers};
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
-  std::set<uint64_t> unauthenticated;  // ids ascend with age: begin() is the oldest
+  store::PendingConnections unauthenticated;  // ids ascend with age
+  uint64_t fd_limit = 0;  // RLIMIT_NOFILE's soft limit, read at each accept; 0: unlimited
   uint64_t next_conn = store::server::kFirstConnId;
   std::set<Timer> timers;
   std::vector<uint64_t> dirty;    // connections with output to flush

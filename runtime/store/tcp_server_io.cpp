@@ -200,7 +200,7 @@ bool TcpStoreServer::Impl::on_handshake(Conn& c, const wire::Header& h, const ui
 // The handshake is done: the connection is a client from now on.
 void TcpStoreServer::Impl::authenticate(Conn& c) {
   c.authenticated = true;
-  unauthenticated.erase(c.id);
+  unauthenticated.remove(c.id);
   timers.erase(Timer{c.handshake_due, TimerKind::kHandshake, c.id});
   counters.authenticated.fetch_add(1, std::memory_order_relaxed);
 }

@@ -1,26 +1,39 @@
 // A helper process for the multi-process store tests.
 //
 //   store_helper server [--handshake-ms N] [--stall-ms N] [--max-unauth N] [--nofile N]
+//                       [--reserve-fds N]
 //       Hosts a TcpStoreServer on 127.0.0.1 (port chosen by the kernel),
 //       prints "port <P>", then answers each "stats" line on stdin with one
 //       line of counters; exits 0 at end of input.
 //   store_helper rank --rank R --world N --timeout-ms T (--store-port P | --serve)
+//                     [--as-init] [--nofile N] [--open-files K]
 //       A rank: connects (or with --serve hosts the server and prints
 //       "port <P>" first), enters barrier "init", publishes a value, reads
 //       every other rank's value and checks it, enters barrier "exit", prints
-//       "ok rank=R world=N" and exits 0.
+//       "ok rank=R world=N" and exits 0. With --as-init the store is made as
+//       init() makes it (rendezvous_store: MASTER_ADDR=127.0.0.1, the server's
+//       bounds from the world size and the limit of open files); --nofile sets
+//       the soft limit of open files first, as srun would pass it. With
+//       --open-files K (and --serve), once it hosts the store it waits for a
+//       line "go" on stdin, opens K files and holds them, and prints
+//       "opened K files" or "error open: ..." and exits 7.
 // SLURMDDP_TOKEN in the environment is the token of either. Errors go to
 // stderr as "error <kind>: <message>" with exit codes 2 (TimeoutError),
 // 3 (PeerError), 4 (ProtocolError), 5 (any other Error), 6 (bad usage).
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <string>
+#include <vector>
 
+#include "group/rendezvous_store.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 #include "slurmddp/tcp_store.h"
@@ -60,19 +73,23 @@ std::string value_of(int r) {
   return "rank-" + std::to_string(r) + "-" + std::to_string(r * r + 7);
 }
 
+void set_nofile(const std::map<std::string, std::string>& f) {
+  if (f.count("nofile") == 0) return;
+  rlimit r{};
+  getrlimit(RLIMIT_NOFILE, &r);
+  r.rlim_cur = static_cast<rlim_t>(flag(f, "nofile", 0));
+  setrlimit(RLIMIT_NOFILE, &r);
+}
+
 int run_server(const std::map<std::string, std::string>& f) {
-  if (f.count("nofile") != 0) {
-    rlimit r{};
-    getrlimit(RLIMIT_NOFILE, &r);
-    r.rlim_cur = static_cast<rlim_t>(flag(f, "nofile", 0));
-    setrlimit(RLIMIT_NOFILE, &r);
-  }
+  set_nofile(f);
   slurmddp::TcpStoreServerOptions o;
   o.bind_host = "127.0.0.1";
   o.token = token();
   o.handshake_timeout = milliseconds(flag(f, "handshake-ms", 10000));
   o.stall_timeout = milliseconds(flag(f, "stall-ms", 30000));
   o.max_unauthenticated = static_cast<size_t>(flag(f, "max-unauth", 4096));
+  o.reserve_fds = static_cast<size_t>(flag(f, "reserve-fds", 0));
   auto server = slurmddp::TcpStoreServer::start(o);
   std::printf("port %u\n", server->port());
   std::fflush(stdout);
@@ -103,10 +120,39 @@ int run_server(const std::map<std::string, std::string>& f) {
   return 0;
 }
 
+// The store as init() makes it (rendezvous_store.h).
+std::shared_ptr<slurmddp::TcpStore> init_store(int rank, int world, milliseconds timeout,
+                                               uint16_t port) {
+  slurmddp::ProcessIdentity id;
+  id.rank = rank;
+  id.world_size = world;
+  id.local_world_size = world;
+  id.local_rank = rank;
+  id.master_addr = "127.0.0.1";
+  id.master_port = port;
+  id.token = token();
+  return std::dynamic_pointer_cast<slurmddp::TcpStore>(
+      slurmddp::rendezvous_store(id, slurmddp::Bootstrap::kTcp, timeout, "init: "));
+}
+
+// Opens `count` files and keeps them open; "" or why not.
+std::string open_files(long count, std::vector<int>* held) {
+  for (long i = 0; i < count; ++i) {
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return "file " + std::to_string(i + 1) + " of " + std::to_string(count) + ": " +
+             std::strerror(errno);
+    }
+    held->push_back(fd);
+  }
+  return "";
+}
+
 int run_rank(const std::map<std::string, std::string>& f) {
   const int rank = static_cast<int>(flag(f, "rank", -1));
   const int world = static_cast<int>(flag(f, "world", -1));
   const milliseconds timeout(flag(f, "timeout-ms", 10000));
+  set_nofile(f);
   slurmddp::TcpStoreOptions o;
   o.host = "127.0.0.1";
   o.port = static_cast<uint16_t>(flag(f, "store-port", 0));
@@ -116,9 +162,23 @@ int run_rank(const std::map<std::string, std::string>& f) {
   // does) and prints its port: the other ranks need it to start.
   o.is_server = f.count("serve") != 0;
   o.server.bind_host = "127.0.0.1";
-  auto store = slurmddp::make_tcp_store(o);
+  auto store = f.count("as-init") != 0 ? init_store(o.is_server ? 0 : rank, world, timeout, o.port)
+                                       : slurmddp::make_tcp_store(o);
   if (o.is_server) {
     std::printf("port %u\n", store->port());
+    std::fflush(stdout);
+  }
+  std::vector<int> held;
+  if (o.is_server && f.count("open-files") != 0) {
+    std::string line;
+    while (std::getline(std::cin, line) && line != "go") {
+    }
+    const std::string why = open_files(flag(f, "open-files", 0), &held);
+    if (!why.empty()) {
+      std::fprintf(stderr, "error open: %s\n", why.c_str());
+      return 7;
+    }
+    std::printf("opened %zu files\n", held.size());
     std::fflush(stdout);
   }
   slurmddp::store_barrier(*store, "init", rank, world, timeout);
@@ -133,6 +193,7 @@ int run_rank(const std::map<std::string, std::string>& f) {
   }
   slurmddp::store_barrier(*store, "exit", rank, world, timeout);
   std::printf("ok rank=%d world=%d\n", rank, world);
+  for (int fd : held) close(fd);
   return 0;
 }
 

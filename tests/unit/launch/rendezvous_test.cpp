@@ -68,6 +68,18 @@ std::map<std::string, std::optional<std::string>> as_map(const std::vector<EnvCh
   return m;
 }
 
+// Note [Open store]: under require_token=yes every task of a task step gets
+// SLURMDDP_REQUIRE_TOKEN=1, overwriting the user's value; otherwise nothing.
+TEST(Policy, RequireTokenIsExportedOverTheUsersValue) {
+  EXPECT_TRUE(policy_environment(parse_plugstack_args({})).empty());
+  EXPECT_TRUE(policy_environment(parse_plugstack_args({"require_token=no"})).empty());
+  const auto env = policy_environment(parse_plugstack_args({"require_token=yes", "default=off"}));
+  ASSERT_EQ(env.size(), 1u);
+  EXPECT_EQ(env[0].name, "SLURMDDP_REQUIRE_TOKEN");
+  EXPECT_EQ(env[0].value, std::optional<std::string>("1"));
+  EXPECT_TRUE(env[0].overwrite);
+}
+
 TEST(SpecialSteps, AreSkipped) {
   EXPECT_TRUE(is_task_step(0));
   EXPECT_TRUE(is_task_step(12345));

@@ -65,7 +65,27 @@ TEST(Plugstack, EveryKey) {
                    {}, [](const char*) { return std::optional<std::string>(); },
                    parse_plugstack_args({"nccl_ifname=no"}))
                    .nccl_ifname);
-  EXPECT_EQ(plugstack_keys().size(), 10u);
+  EXPECT_EQ(plugstack_keys().size(), 11u);
+}
+
+// Note [Open store]: the admin's way to make the runtime refuse an open store.
+TEST(Plugstack, RequireTokenKey) {
+  EXPECT_FALSE(parse_plugstack_args({}).require_token);
+  EXPECT_TRUE(parse_plugstack_args({"require_token=yes"}).require_token);
+  EXPECT_FALSE(parse_plugstack_args({"require_token=yes", "require_token=no"}).require_token);
+  EXPECT_THAT(error_of({"require_token=always"}),
+              HasSubstr("invalid plugstack argument require_token='always': expected one of "
+                        "yes|no"));
+  EXPECT_THAT(error_of({"colour=blue"}), HasSubstr("require_token"));
+  bool found = false;
+  for (const auto& k : plugstack_keys()) {
+    if (std::string(k.key) != "require_token") continue;
+    found = true;
+    EXPECT_STREQ(k.form, "yes|no");
+    EXPECT_STREQ(k.default_value, "no");
+    EXPECT_THAT(k.help, HasSubstr("SLURMDDP_REQUIRE_TOKEN=1"));
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST(Plugstack, ThreadsKeyIsDocumented) {

@@ -1,8 +1,11 @@
 // Hostile and broken clients against the store server (Note [Store server
 // bounds]): each is refused for the right reason, counted once, and costs the
 // server no more memory than the bounds allow; legitimate clients carry on.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <thread>
 
@@ -21,6 +24,7 @@ using testing::closed_by_server;
 using testing::eventually;
 using testing::raw_authenticated;
 using testing::raw_connect;
+using testing::raw_handshake;
 using testing::send_all;
 namespace wire = store::wire;
 
@@ -194,6 +198,68 @@ TEST_F(Hostile, IdleConnectionsBeyondTheCapEvictTheOldest) {
   // A legitimate client gets in (evicting one more idle connection).
   still_serves();
   EXPECT_EQ(stats().refused_over_capacity, 437u);
+}
+
+// A blocking TCP connection to 127.0.0.1:port from `source`, another
+// loopback address (all of 127.0.0.0/8 is this host's).
+store::Fd connect_from(const char* source, uint16_t port) {
+  store::Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &a.sin_addr);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return store::Fd();
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return store::Fd();
+  return fd;
+}
+
+// Note [Pending connections]: a flood from one address evicts its own
+// connections, not an older one from another address that is still joining.
+TEST_F(Hostile, AFloodFromOneAddressEvictsItsOwnConnectionsNotOthers) {
+  TcpStoreServerOptions o;
+  o.max_unauthenticated = 32;
+  start(o);
+  store::Fd joining = connect_from("127.0.0.3", server_->port());
+  ASSERT_TRUE(joining.valid());
+  ASSERT_TRUE(eventually([&] { return stats().accepted == 1; }));
+  std::vector<store::Fd> flood;
+  for (int i = 0; i < 200; ++i) {
+    flood.push_back(connect_from("127.0.0.2", server_->port()));
+    ASSERT_TRUE(flood.back().valid());
+  }
+  ASSERT_TRUE(eventually([&] { return stats().accepted == 201; }));
+  EXPECT_EQ(stats().unauthenticated, 32u);
+  EXPECT_EQ(stats().refused_over_capacity, 169u);
+  EXPECT_TRUE(closed_by_server(flood.front().get(), seconds(5)));
+  // The joining connection, older than all of the flood, is still there and
+  // completes its handshake.
+  EXPECT_FALSE(raw_handshake(joining.get(), kToken).empty());
+  ASSERT_TRUE(eventually([&] { return stats().authenticated == 1; }));
+  EXPECT_EQ(stats().refused_over_capacity, 169u);
+}
+
+// Note [Store server bounds]: with fewer descriptors free than reserve_fds,
+// a new connection replaces a pending one instead of taking one more
+// descriptor; the last one pending stays, so that a rank still gets in.
+TEST_F(Hostile, ShortOfTheDescriptorReserveANewConnectionReplacesAPendingOne) {
+  TcpStoreServerOptions o;
+  o.reserve_fds = size_t{1} << 30;  // every descriptor is in the reserve
+  start(o);
+  std::vector<store::Fd> idle;
+  for (int i = 0; i < 20; ++i) {
+    idle.push_back(raw_connect(server_->port()));
+    ASSERT_TRUE(idle.back().valid());
+    // One at a time: each replaces the one before.
+    ASSERT_TRUE(eventually([&] { return stats().accepted == static_cast<uint64_t>(i) + 1; }));
+  }
+  EXPECT_EQ(stats().unauthenticated, 1u);
+  EXPECT_EQ(stats().peak_unauthenticated, 1u);
+  EXPECT_EQ(stats().refused_over_capacity, 19u);
+  EXPECT_TRUE(closed_by_server(idle.front().get(), seconds(5)));
+  EXPECT_FALSE(closed_by_server(idle.back().get(), milliseconds(200)));
+  still_serves();
+  EXPECT_EQ(stats().refused_over_capacity, 20u);
 }
 
 TEST_F(Hostile, AWrongVersionOrUnknownRequestAfterTheHandshakeIsRefused) {
