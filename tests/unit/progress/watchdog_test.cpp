@@ -310,7 +310,10 @@ TEST(Watchdog, ATransientStoreErrorIsSurvivedAndAStoreThatStaysGoneEndsIt) {
     k.watchdog = std::make_unique<Watchdog>(o, k.tracker);
   }
   store->failing = true;  // a few polls of 50 ms fail, well inside store_timeout
-  while (store->failed.load() < 6) std::this_thread::sleep_for(10ms);
+  const auto spell = std::chrono::steady_clock::now() + 1s;
+  while (store->failed.load() < 6 && std::chrono::steady_clock::now() < spell) {
+    std::this_thread::sleep_for(10ms);
+  }
   store->failing = false;
   ranks[1].watchdog->request();
   const auto printed = out.wait_for(1);
