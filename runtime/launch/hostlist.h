@@ -20,7 +20,7 @@ namespace slurmddp::launch {
 
 // Note [Bounded parsing] (parse.h): an expression longer than this is refused
 // unread; a few thousand nodes listed one by one fit many times over.
-inline constexpr size_t kMaxHostlistBytes = 1024 * 1024;
+inline constexpr size_t kMaxHostlistBytes = size_t{1} << 20;
 
 // What walking hostlists may still produce: hosts, and bytes of their names
 // (a count alone lets a long name take gigabytes). One budget can be shared by

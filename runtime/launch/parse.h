@@ -49,7 +49,7 @@ void check_length(std::string_view name, std::string_view value, size_t max_byte
 
 // The longest SLURM_STEP_RESV_PORTS accepted: thousands of ranges, far more
 // than Slurm reserves for a step.
-inline constexpr size_t kMaxPortListBytes = 64 * 1024;
+inline constexpr size_t kMaxPortListBytes = size_t{64} << 10;
 
 // Parses a Slurm port list such as SLURM_STEP_RESV_PORTS: "20006-20010",
 // "12000,12003-12004". Returns its ranges in order, as written (not expanded:

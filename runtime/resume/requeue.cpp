@@ -26,7 +26,7 @@ namespace {
 const char* const kComponent = "requeue";
 
 // scontrol's output kept for the error message; the rest is read and dropped.
-constexpr size_t kMaxOutput = 16 * 1024;
+constexpr size_t kMaxOutput = size_t{16} << 10;
 
 std::chrono::seconds requeue_deadline() {
   const char* v = std::getenv(kRequeueTimeoutVariable);
