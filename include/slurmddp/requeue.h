@@ -10,9 +10,12 @@
 //   job must be requeueable (#SBATCH --requeue, or JobRequeue=1 in slurm.conf).
 //   Where scontrol is missing (a container image) or not allowed, the error
 //   says so; the alternative is to let the batch script requeue
-//   (docs/user-guide.md, "Preemption and requeue").
+//   (docs/user-guide.md, "Preemption and requeue"). scontrol has a deadline,
+//   SLURMDDP_REQUEUE_TIMEOUT seconds (default 30), after which it is killed
+//   (Note [Requeue deadline] in requeue.cpp).
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "slurmddp/identity.h"
@@ -27,8 +30,15 @@ namespace slurmddp {
 std::string requeue_target(const EnvReader& env);
 std::string requeue_target();
 
-// Runs `<scontrol> requeue <requeue_target()>` and waits for it. Throws Error
-// with scontrol's own message (and what to do) when it is missing or fails.
+// How long requeue_job() waits for scontrol: SLURMDDP_REQUEUE_TIMEOUT seconds
+// ("45" or "45s", 1 to 86400), else 30.
+inline constexpr const char* kRequeueTimeoutVariable = "SLURMDDP_REQUEUE_TIMEOUT";
+inline constexpr std::chrono::seconds kRequeueTimeout{30};
+
+// Runs `<scontrol> requeue <requeue_target()>` and waits for it, at most
+// SLURMDDP_REQUEUE_TIMEOUT (above). Throws Error with scontrol's own message
+// (and what to do) when it is missing, fails, or does not finish in time (it is
+// then killed); InvalidArgument for a bad SLURMDDP_REQUEUE_TIMEOUT.
 void requeue_job(const std::string& scontrol = "scontrol");
 
 }  // namespace slurmddp

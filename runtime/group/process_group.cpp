@@ -479,6 +479,9 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
   watch_request.rank = id.rank;
   watch_request.size = id.world_size;
   watch_request.node = locality_from_environment(id).node;
+  // Every record is in the store once the join completed: one read, for a
+  // rank the hang report cannot otherwise place.
+  watch_request.node_of = [group](int r) { return group->record(r).host; };
   watch_request.timeout = timeout;
   watch_request.marks_collectives = choice.backend == Backend::kGloo;
   Watch watch = make_watch(watch_request, tracker);

@@ -67,6 +67,8 @@ Watch make_watch(const WatchRequest& request, const std::shared_ptr<progress::Tr
   o.rank = request.rank;
   o.size = request.size;
   o.node = request.node;
+  o.node_of = request.node_of;
+  o.store_timeout = request.timeout;
   o.hang_after = after.count() > 0 ? after : std::chrono::hours(24 * 365 * 10);  // never
   o.on_stalled_step = !request.marks_collectives;
   o.poll = std::min(milliseconds(5000), std::max(period / 4, milliseconds(50)));

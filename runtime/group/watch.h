@@ -21,7 +21,10 @@ struct WatchRequest {
   int rank = 0;
   int size = 1;
   std::string node;
-  // The group's timeout: the default threshold is half of it, at most 5 min.
+  // Where rank r runs, from the group's join (WatchdogOptions::node_of).
+  std::function<std::string(int rank)> node_of;
+  // The group's timeout: the default threshold is half of it, at most 5 min;
+  // a store failing for that long is gone (Note [Watchdog and store errors]).
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // The communicator marks its collectives in the tracker (Gloo); otherwise
   // a step that does not end is the hang (step_done).

@@ -161,33 +161,53 @@ std::string host_of(const Item& item, uint64_t index) {
 
 }  // namespace
 
-std::vector<std::string> expand_hostlist(std::string_view name, std::string_view expr,
-                                         size_t max_hosts) {
-  std::vector<std::string> hosts;
+void for_each_host(std::string_view name, std::string_view expr, HostBudget& budget,
+                   const std::function<bool(const std::string& host)>& visit) {
+  check_length(name, expr, kMaxHostlistBytes, "a Slurm hostlist such as n[01-04,7],gpu1");
+  const auto too_many = [&] {
+    fail(name, expr, "more hosts than the limit (" + std::to_string(budget.hosts) + " left)");
+  };
+  const auto take = [&](const std::string& host) {
+    if (budget.hosts == 0) too_many();
+    if (host.size() > budget.bytes) {
+      fail(name, expr,
+           "more bytes of host names than the limit (" + std::to_string(budget.bytes) + " left)");
+    }
+    --budget.hosts;
+    budget.bytes -= host.size();
+    return visit(host);
+  };
   for (const auto& item : parse(name, expr)) {
     if (item.groups.empty()) {
-      hosts.push_back(item.plain);
-    } else {
-      uint64_t total = 1;
-      for (const auto& g : item.groups) {
-        if (__builtin_mul_overflow(total, g.count(), &total) || total > max_hosts) {
-          total = UINT64_MAX;
-          break;
-        }
-      }
-      if (total > max_hosts || hosts.size() + total > max_hosts) {
-        fail(name, expr, "more than " + std::to_string(max_hosts) + " hosts");
-      }
-      for (uint64_t i = 0; i < total; ++i) hosts.push_back(host_of(item, i));
+      if (!take(item.plain)) return;
+      continue;
     }
-    if (hosts.size() > max_hosts) {
-      fail(name, expr, "more than " + std::to_string(max_hosts) + " hosts");
+    uint64_t total = 1;
+    for (const auto& g : item.groups) {
+      if (__builtin_mul_overflow(total, g.count(), &total)) total = UINT64_MAX;
+    }
+    // Known before generating any: an item of more hosts than are left fails
+    // at once (a count over the budget is an error whoever looks at it).
+    if (total > budget.hosts) too_many();
+    for (uint64_t i = 0; i < total; ++i) {
+      if (!take(host_of(item, i))) return;
     }
   }
+}
+
+std::vector<std::string> expand_hostlist(std::string_view name, std::string_view expr,
+                                         size_t max_hosts, size_t max_bytes) {
+  HostBudget budget{max_hosts, max_bytes};
+  std::vector<std::string> hosts;
+  for_each_host(name, expr, budget, [&hosts](const std::string& host) {
+    hosts.push_back(host);
+    return true;
+  });
   return hosts;
 }
 
 std::string first_host(std::string_view name, std::string_view expr) {
+  check_length(name, expr, kMaxHostlistBytes, "a Slurm hostlist such as n[01-04,7],gpu1");
   auto items = parse(name, expr);
   const Item& first = items.front();
   return first.groups.empty() ? first.plain : host_of(first, 0);

@@ -11,16 +11,39 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace slurmddp::launch {
 
+// Note [Bounded parsing] (parse.h): an expression longer than this is refused
+// unread; a few thousand nodes listed one by one fit many times over.
+inline constexpr size_t kMaxHostlistBytes = size_t{1} << 20;
+
+// What walking hostlists may still produce: hosts, and bytes of their names
+// (a count alone lets a long name take gigabytes). One budget can be shared by
+// several walks, each taking its share.
+struct HostBudget {
+  size_t hosts = size_t{1} << 20;
+  size_t bytes = size_t{16} << 20;
+};
+
+// Calls `visit` with each host of the hostlist in order (duplicates kept),
+// generated one at a time, until it returns false. Takes each host from
+// `budget` and throws LaunchError naming `name` when the budget runs out, or
+// when the expression is malformed or longer than kMaxHostlistBytes (the error
+// then names its length and the cap).
+void for_each_host(std::string_view name, std::string_view expr, HostBudget& budget,
+                   const std::function<bool(const std::string& host)>& visit);
+
 // Expands a hostlist in order, keeping duplicates. Throws LaunchError naming
-// `name` and the value on a malformed expression or more than `max_hosts` hosts.
+// `name` and the value on a malformed expression, more than `max_hosts` hosts
+// or more than `max_bytes` bytes of names.
 std::vector<std::string> expand_hostlist(std::string_view name, std::string_view expr,
-                                         size_t max_hosts = size_t{1} << 20);
+                                         size_t max_hosts = HostBudget{}.hosts,
+                                         size_t max_bytes = HostBudget{}.bytes);
 
 // The first host of a hostlist without expanding the rest.
 std::string first_host(std::string_view name, std::string_view expr);

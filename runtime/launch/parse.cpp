@@ -95,18 +95,32 @@ std::vector<std::string> split(std::string_view s, char sep) {
   return out;
 }
 
-std::vector<uint16_t> parse_port_list(std::string_view name, std::string_view value) {
+void check_length(std::string_view name, std::string_view value, size_t max_bytes,
+                  std::string_view expected) {
+  if (value.size() <= max_bytes) return;
+  throw LaunchError("invalid " + std::string(name) + ": " + std::to_string(value.size()) +
+                    " bytes long, over the limit of " + std::to_string(max_bytes) +
+                    " bytes; expected " + std::string(expected));
+}
+
+std::vector<PortRange> parse_port_list(std::string_view name, std::string_view value) {
   auto expected = "a port list such as 20000-20004 or 12000,12003-12004";
+  check_length(name, value, kMaxPortListBytes, expected);
   if (value.empty()) fail(name, value, expected);
-  std::vector<uint16_t> ports;
-  for (const auto& item : split(value, ',')) {
-    auto dash = item.find('-');
-    auto lo = to_u64(std::string_view(item).substr(0, dash));
-    auto hi = dash == std::string::npos ? lo : to_u64(std::string_view(item).substr(dash + 1));
+  std::vector<PortRange> ranges;
+  size_t start = 0;
+  while (true) {  // items one by one: no copy of the value, no port expanded
+    const size_t comma = value.find(',', start);
+    const std::string_view item = value.substr(start, comma - start);
+    const auto dash = item.find('-');
+    const auto lo = to_u64(item.substr(0, dash));
+    const auto hi = dash == std::string_view::npos ? lo : to_u64(item.substr(dash + 1));
     if (!lo || !hi || *lo < 1 || *hi > 65535 || *lo > *hi) fail(name, value, expected);
-    for (uint64_t p = *lo; p <= *hi; ++p) ports.push_back(static_cast<uint16_t>(p));
+    ranges.push_back(PortRange{static_cast<uint16_t>(*lo), static_cast<uint16_t>(*hi)});
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
   }
-  return ports;
+  return ranges;
 }
 
 std::vector<uint32_t> parse_tasks_per_node(std::string_view name, std::string_view value) {

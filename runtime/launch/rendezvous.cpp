@@ -60,17 +60,26 @@ std::optional<Rank0Node> het_rank0_node(const StepEnv& env, const std::string& s
   auto size_text = env("SLURM_HET_SIZE");
   if (!size_text) return std::nullopt;
   auto groups = static_cast<uint32_t>(parse_uint("SLURM_HET_SIZE", *size_text, 1, 1u << 16));
-  auto listed = expand_hostlist("SLURM_STEP_NODELIST", step_nodes);
-  const std::set<std::string> in_step(listed.begin(), listed.end());
+  // One budget for the step's list and every group's (Note [Bounded parsing]):
+  // the groups are walked host by host until one is in the step.
+  HostBudget budget;
+  std::set<std::string> in_step;
+  for_each_host("SLURM_STEP_NODELIST", step_nodes, budget, [&in_step](const std::string& host) {
+    in_step.insert(host);
+    return true;
+  });
   for (uint32_t k = 0; k < groups; ++k) {
     std::string name = "SLURM_JOB_NODELIST_HET_GROUP_" + std::to_string(k);
     auto list = env(name.c_str());
     if (!list) continue;
-    for (const auto& host : expand_hostlist(name, *list)) {
-      if (in_step.count(host) != 0) {
-        return Rank0Node{
-            host, "first node of het group " + std::to_string(k) + " in the step (" + name + ")"};
-      }
+    std::string found;
+    for_each_host(name, *list, budget, [&](const std::string& host) {
+      if (in_step.count(host) != 0) found = host;
+      return found.empty();
+    });
+    if (!found.empty()) {
+      return Rank0Node{
+          found, "first node of het group " + std::to_string(k) + " in the step (" + name + ")"};
     }
   }
   throw LaunchError("step of a heterogeneous job (SLURM_HET_SIZE=" + *size_text +
@@ -113,8 +122,11 @@ void apply_het_step(StepFacts& f, const StepEnv& env, const std::string& step_no
 PortChoice choose_port(const Settings& s, const StepFacts& f) {
   if (s.port) return PortChoice{s.port->value, s.port->source};
   if (!f.resv_ports.empty()) {
-    auto ports = parse_port_list("SLURM_STEP_RESV_PORTS", f.resv_ports);
-    return PortChoice{ports.front(), "SLURM_STEP_RESV_PORTS=" + f.resv_ports};
+    // Only the first port is used: the list stays ranges (Note [Bounded parsing]).
+    auto ranges = parse_port_list("SLURM_STEP_RESV_PORTS", f.resv_ports);
+    // Digits, commas and dashes once parsed; a long list is shortened.
+    const std::string shown = f.resv_ports.size() <= 80 ? f.resv_ports : quote(f.resv_ports);
+    return PortChoice{ranges.front().lo, "SLURM_STEP_RESV_PORTS=" + shown};
   }
   const PortRange& r = s.port_range;
   uint64_t base = splitmix64(f.job_id) % r.size();

@@ -41,6 +41,9 @@ std::string describe(int rank, const std::optional<Record>& r, int64_t now_ms) {
       r->phase == Phase::kCollective
           ? " in " + op_name(*r) + (r->where.empty() ? "" : " (" + r->where + ")")
           : (r->where.empty() ? " in user code" : " in " + r->where);
+  if (!r->fresh && r->since_ms == 0) {  // known from the join only
+    return out + " did not answer and wrote no heartbeat (no step seen)";
+  }
   if (!r->fresh) {
     return out + " did not answer; last seen" + step + in + ", " + seconds(now_ms - r->since_ms) +
            " ago";

@@ -27,7 +27,9 @@ inline constexpr size_t kListedRanks = 8;
 // is and where: first those that did not answer (stopped, or stuck outside
 // reach), then those in user code, then those in another collective. "Step"
 // is the step a rank is in: its last completed step + 1. A sequence number
-// below 0 is unknown (PyTorch's collectives) and not printed. `listed`, when
+// below 0 is unknown (PyTorch's collectives) and not printed. A stale record
+// with since_ms 0 says only where the rank runs (from the join): it never
+// wrote a heartbeat. `listed`, when
 // given, receives the ranks named one by one.
 std::string hang_report(const std::vector<std::optional<Record>>& by_rank, int64_t now_ms,
                         std::vector<int>* listed = nullptr);

@@ -145,16 +145,28 @@ bool Tracker::in_collective_longer_than(std::chrono::milliseconds t) const {
 }
 
 bool Tracker::step_stalled_longer_than(std::chrono::milliseconds t) const {
-  return step_.load(std::memory_order_relaxed) >= 0 &&
-         wall_ms() - step_ms_.load(std::memory_order_relaxed) > t.count();
+  const int64_t since = step_ms_.load(std::memory_order_relaxed);  // 0: no clock yet
+  return since > 0 && wall_ms() - since > t.count();
+}
+
+void Tracker::start_clock() {
+  const int64_t now = wall_ms();
+  int64_t unset = 0;
+  step_ms_.compare_exchange_strong(unset, now, std::memory_order_relaxed);
+  unset = 0;
+  since_ms_.compare_exchange_strong(unset, now, std::memory_order_relaxed);
 }
 
 struct Watchdog::Loop {
   Loop(WatchdogOptions options, std::shared_ptr<Tracker> tracker)
       : o_(std::move(options)), tracker_(std::move(tracker)), signals_seen_(report_requests()) {}
   void run();
-  void answer(int64_t round);
+  // One poll's store work; throws what the store throws.
+  void poll_once(std::chrono::steady_clock::time_point now);
+  void answer(int64_t round, bool asker);
   void report(int64_t round);
+  // Note [Watchdog and store errors]: false when the store is taken as gone.
+  bool survive(const std::exception& e);
   void publish_window();
   // Polls counter `counter` until it reaches `want` or `until`; false when
   // the watchdog is stopping.
@@ -178,6 +190,14 @@ struct Watchdog::Loop {
   std::atomic<bool> requested_{false};
   uint64_t signals_seen_;  // report_requests() at the last poll
   std::atomic<int> printed_{0};
+  std::atomic<bool> gave_up_{false};
+  // run()'s thread only:
+  int64_t answered_ = 0;  // the last round this rank answered
+  std::optional<std::chrono::steady_clock::time_point> failing_since_;
+  std::chrono::steady_clock::time_point last_beat_{};
+  int64_t beat_step_ = -2, beat_seq_ = -2;  // where the last beat was; -2: no beat yet
+  bool beat_in_collective_ = false;
+  std::chrono::steady_clock::time_point next_auto_{};
   std::mutex mu_;
   std::mutex call_mu_;  // held while the program's describe or print runs
   std::condition_variable cv_;
@@ -191,6 +211,7 @@ Watchdog::Watchdog(WatchdogOptions options, std::shared_ptr<Tracker> tracker) {
   if (!options.print) {
     options.print = [](const std::string& report) { SLURMDDP_LOG_WARN(kComponent, report); };
   }
+  tracker->start_clock();  // a hang in the first step is one too
   loop_ = std::make_shared<Loop>(std::move(options), std::move(tracker));
   if (loop_->o_.straggler_every > 0) {
     std::weak_ptr<Loop> weak = loop_;
@@ -242,15 +263,27 @@ int Watchdog::printed() const {
   return loop_->printed_.load();
 }
 
+bool Watchdog::gave_up() const {
+  return loop_->gave_up_.load();
+}
+
 std::string Watchdog::Loop::key(int64_t round, const std::string& name) const {
   return o_.scope + "/hang/" + std::to_string(round) + "/" + name;
 }
 
-void Watchdog::Loop::answer(int64_t round) {
+void Watchdog::Loop::answer(int64_t round, bool asker) {
   Record r = tracker_->snapshot(o_.rank, o_.node);
   if (o_.describe) call_program([&] { o_.describe(r, true); });
-  o_.store->set(key(round, std::to_string(o_.rank)), bytes(encode(r)));
+  const std::string mine = key(round, std::to_string(o_.rank));
+  answered_ = round;
+  o_.store->set(mine, bytes(encode(r)));
   o_.store->add(key(round, "answers"), 1);
+  // Note [Hang requests]: the asker erases the request when the round is
+  // over; an answer after that is nobody's to read.
+  if (!asker && !o_.store->check({key(round, "request")})) {
+    o_.store->erase(mine);
+    o_.store->erase(key(round, "answers"));
+  }
 }
 
 bool Watchdog::Loop::wait_count(const std::string& counter, int64_t want,
@@ -274,22 +307,33 @@ void Watchdog::Loop::report(int64_t round) {
     if (!o_.store->check({k})) continue;
     answered[static_cast<size_t>(r)] = true;
     records[static_cast<size_t>(r)] = decode(text(o_.store->get(k, std::chrono::milliseconds(0))));
-    // Answers carry stacks (kilobytes a rank in Python): read once, they go.
-    // The round's request stays: a rank that has not polled yet still
-    // needs it to keep its rounds in step.
-    o_.store->erase(k);
+    o_.store->erase(k);  // answers carry stacks (kilobytes a rank in Python): read once, they go
   }
   for (int r = 0; r < o_.size; ++r) {
     if (answered[static_cast<size_t>(r)]) continue;
     const std::string k = o_.scope + "/progress/" + std::to_string(r);
-    if (!o_.store->check({k})) continue;
-    auto last = decode(text(o_.store->get(k, std::chrono::milliseconds(0))));
-    if (last) last->fresh = false;
-    records[static_cast<size_t>(r)] = last;
+    if (o_.store->check({k})) {
+      auto last = decode(text(o_.store->get(k, std::chrono::milliseconds(0))));
+      if (last) last->fresh = false;
+      records[static_cast<size_t>(r)] = last;
+    }
+    if (!records[static_cast<size_t>(r)] && o_.node_of) {
+      // No heartbeat either: where it runs, from the join (since_ms 0: never seen).
+      Record joined;
+      joined.rank = r;
+      joined.fresh = false;
+      joined.since_ms = 0;
+      try {
+        joined.node = o_.node_of(r);
+      } catch (const std::exception&) {
+        joined.node.clear();
+      }
+      if (!joined.node.empty()) records[static_cast<size_t>(r)] = joined;
+    }
   }
   // One line, then the stacks of the ranks it names one by one.
   std::vector<int> listed;
-  const std::string name = "hang report " + std::to_string(round + 1);
+  const std::string name = "hang report " + std::to_string(round);
   std::string out = name + ": " + hang_report(records, wall_ms(), &listed);
   for (int r : listed) {
     const auto& rec = records[static_cast<size_t>(r)];
@@ -301,6 +345,13 @@ void Watchdog::Loop::report(int64_t round) {
     printed_.fetch_add(1);  // before: a reader of the print may ask
     o_.print(out);
   });
+  // Note [Hang requests]: the round is over. The request first: an answer
+  // written after this sees it gone and erases itself and the count.
+  o_.store->erase(key(round, "request"));
+  o_.store->erase(key(round, "answers"));
+  for (int r = 0; r < o_.size; ++r) {
+    if (!answered[static_cast<size_t>(r)]) o_.store->erase(key(round, std::to_string(r)));
+  }
 }
 
 // Note [Straggler windows]: this rank's line, and at rank 0 the report.
@@ -330,16 +381,84 @@ void Watchdog::Loop::publish_window() {
   if (!report.empty()) call_program([&] { o_.print(report); });
 }
 
+bool Watchdog::Loop::survive(const std::exception& e) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!failing_since_) {
+    failing_since_ = now;
+    SLURMDDP_LOG_WARN(kComponent, "hang report watchdog: a store call failed: "
+                                      << e.what() << "; trying again every " << o_.poll.count()
+                                      << " ms for up to " << o_.store_timeout.count()
+                                      << " ms; rank=" << o_.rank << ", node=" << o_.node);
+    return true;
+  }
+  if (now - *failing_since_ < o_.store_timeout) return true;
+  SLURMDDP_LOG_WARN(
+      kComponent,
+      "hang report watchdog: failed to reach the store for "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(now - *failing_since_).count()
+          << " ms (store_timeout=" << o_.store_timeout.count()
+          << " ms): the store is gone, no more hang reports for this group; "
+          << "last error: " << e.what() << "; rank=" << o_.rank << ", node=" << o_.node);
+  gave_up_.store(true);
+  return false;
+}
+
+void Watchdog::Loop::poll_once(std::chrono::steady_clock::time_point now) {
+  // A beat every heartbeat period, and one more when this rank has
+  // been in the same collective or step for half the threshold since
+  // its last beat (at most one a wait, and only in waits that long): a
+  // rank that then stops answering is named where it stopped, not where
+  // it was a minute ago.
+  const Record now_at = tracker_->snapshot(o_.rank, o_.node);
+  const bool waiting = wall_ms() - now_at.since_ms >= std::max(o_.poll, o_.hang_after / 2).count();
+  const bool moved = now_at.step != beat_step_ || now_at.seq != beat_seq_ ||
+                     (now_at.phase == Phase::kCollective) != beat_in_collective_;
+  if (now - last_beat_ >= o_.heartbeat || (waiting && moved)) {
+    Record r = now_at;
+    const bool first = beat_step_ == -2;
+    if (o_.describe && !first) call_program([&] { o_.describe(r, false); });
+    o_.store->set(o_.scope + "/progress/" + std::to_string(o_.rank), bytes(encode(r)));
+    if (first) {  // and the next poll beats again, with the description
+      std::lock_guard<std::mutex> lock(mu_);
+      first_beat_ = true;
+      cv_.notify_all();
+    } else {
+      last_beat_ = now;
+    }
+    beat_step_ = now_at.step;
+    beat_seq_ = now_at.seq;
+    beat_in_collective_ = now_at.phase == Phase::kCollective;
+  }
+  const std::string current_key = o_.scope + "/hang/current";
+  int64_t current = o_.store->add(current_key, 0);
+  const uint64_t signals = report_requests();
+  const bool signalled = signals != signals_seen_;
+  signals_seen_ = signals;
+  const bool stalled = tracker_->in_collective_longer_than(o_.hang_after) ||
+                       (o_.on_stalled_step && tracker_->step_stalled_longer_than(o_.hang_after));
+  bool asker = false;
+  if (current <= answered_ &&
+      (requested_.exchange(false) || signalled || (now >= next_auto_ && stalled))) {
+    // Note [Hang requests]: open round current + 1, unless another rank just did.
+    const int64_t next = current + 1;
+    const Bytes me = bytes(std::to_string(o_.rank));
+    asker = o_.store->compare_set(key(next, "request"), {}, me) == me;
+    if (asker) o_.store->add(current_key, 1);
+    current = next;
+  }
+  if (current <= answered_) return;
+  answer(current, asker);
+  if (asker) report(current);
+  next_auto_ = std::chrono::steady_clock::now() + o_.hang_after;
+}
+
 void Watchdog::Loop::run() {
-  int64_t round = 0;
   // The first beat at once (the constructor waits for it), without the
   // program's description (it has not started); the next at the next poll,
   // with it; then one every heartbeat period.
-  auto last_beat = std::chrono::steady_clock::now() - o_.heartbeat;
-  int64_t beat_step = -2, beat_seq = -2;  // where the last beat was
-  bool beat_in_collective = false;
+  last_beat_ = std::chrono::steady_clock::now() - o_.heartbeat;
   // A hang that goes on is reported again at most once per hang_after.
-  auto next_auto = std::chrono::steady_clock::now();
+  next_auto_ = std::chrono::steady_clock::now();
   auto next_poll = std::chrono::steady_clock::now();
   for (;;) {
     bool window = false;
@@ -355,52 +474,14 @@ void Watchdog::Loop::run() {
       const auto now = std::chrono::steady_clock::now();
       if (now < next_poll) continue;
       next_poll = now + o_.poll;
-      // A beat every heartbeat period, and one more when this rank has
-      // been in the same collective or step for half the threshold since
-      // its last beat (at most one a wait, and only in waits that long): a
-      // rank that then stops answering is named where it stopped, not where
-      // it was a minute ago.
-      const Record now_at = tracker_->snapshot(o_.rank, o_.node);
-      const bool waiting =
-          wall_ms() - now_at.since_ms >= std::max(o_.poll, o_.hang_after / 2).count();
-      const bool moved = now_at.step != beat_step || now_at.seq != beat_seq ||
-                         (now_at.phase == Phase::kCollective) != beat_in_collective;
-      if (now - last_beat >= o_.heartbeat || (waiting && moved)) {
-        Record r = now_at;
-        const bool first = beat_step == -2;
-        if (o_.describe && !first) call_program([&] { o_.describe(r, false); });
-        o_.store->set(o_.scope + "/progress/" + std::to_string(o_.rank), bytes(encode(r)));
-        if (first) {  // and the next poll beats again, with the description
-          std::lock_guard<std::mutex> lock(mu_);
-          first_beat_ = true;
-          cv_.notify_all();
-        } else {
-          last_beat = now;
-        }
-        beat_step = now_at.step;
-        beat_seq = now_at.seq;
-        beat_in_collective = now_at.phase == Phase::kCollective;
+      poll_once(now);
+      if (failing_since_) {
+        SLURMDDP_LOG_WARN(kComponent, "hang report watchdog: the store answers again; rank="
+                                          << o_.rank << ", node=" << o_.node);
+        failing_since_.reset();
       }
-      const std::string request = key(round, "request");
-      const uint64_t signals = report_requests();
-      const bool signalled = signals != signals_seen_;
-      signals_seen_ = signals;
-      const bool stalled =
-          tracker_->in_collective_longer_than(o_.hang_after) ||
-          (o_.on_stalled_step && tracker_->step_stalled_longer_than(o_.hang_after));
-      if (requested_.exchange(false) || signalled || (now >= next_auto && stalled)) {
-        o_.store->compare_set(request, {}, bytes(std::to_string(o_.rank)));
-      }
-      if (!o_.store->check({request})) continue;
-      answer(round);
-      const std::string asker = text(o_.store->get(request, std::chrono::milliseconds(0)));
-      if (asker == std::to_string(o_.rank)) report(round);
-      ++round;
-      next_auto = std::chrono::steady_clock::now() + o_.hang_after;
     } catch (const std::exception& e) {
-      // The store is gone or failing: the group's own errors will say so.
-      SLURMDDP_LOG_DEBUG(kComponent, "watchdog stops: " << e.what());
-      return;
+      if (!survive(e)) return;
     }
   }
 }

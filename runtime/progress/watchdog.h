@@ -5,26 +5,44 @@
 // asked print one report.
 //
 // Note [Hang requests]
-//   Rounds under "<scope>/hang/<round>/": "request" holds the rank that asked
-//   (set with compare_set, so one rank asks per round), "<rank>" each rank's
-//   answer. Every watchdog checks for the request once every poll period (a
-//   local timer between checks: one request a rank per period, 5 s by
-//   default: ~800 requests/s at rank 0 for 4,096 ranks, nothing per step).
-//   Answering costs two requests (the answer, and a count of answers); the
-//   asking rank polls the count until every rank answered or `gather`
+//   Rounds 1, 2, ... under "<scope>/hang/": "current" is the number of the
+//   latest round (a counter), "<round>/request" the rank that asked (set with
+//   compare_set, so one rank asks per round; the winner then adds 1 to
+//   "current"), "<round>/<rank>" each rank's answer. Every watchdog reads
+//   "current" once every poll period (a local timer between checks: one
+//   request a rank per period, 5 s by default: ~800 requests/s at rank 0 for
+//   4,096 ranks, nothing per step) and answers a round newer than the last it
+//   answered: the newest one, so a rank that was stopped for a while catches
+//   up instead of answering rounds one by one. Answering costs three requests
+//   (the answer, a count of answers, a check that the round is still open);
+//   the asking rank polls the count until every rank answered or `gather`
 //   passes, reads each answer once (O(N), once per report), names the ranks
 //   that did not answer from their last heartbeat ("<scope>/progress/<rank>",
 //   written by each watchdog at its first poll and then every heartbeat
-//   period), and prints the report.
-//   The next round starts after it, so a hang that goes on is reported again
-//   at most once per hang_after.
+//   period) or, with no heartbeat either, from the join (node_of), and prints
+//   the report. A hang that goes on is reported again at most once per
+//   hang_after.
+//
+//   When the round is over its keys go: the asker
+//   erases the request, the count and the answers it read or did not get; a
+//   rank whose answer comes after that (the request is gone) erases its answer
+//   and the count again. So repeated reports leave only "current" behind.
 //
 //   What makes a rank ask: one of its collectives waiting longer than
 //   hang_after (the C++ runtime, which marks its collectives), or, with
-//   `on_stalled_step`, no step_done() for longer than hang_after (PyTorch,
-//   whose collectives slurm-ddp does not see), or a request on demand:
-//   request(), or the report signal (Note [Report signal]) reaching the
-//   process since the last poll.
+//   `on_stalled_step`, no step_done() for longer than hang_after, counted
+//   from the watchdog's start for the first step (PyTorch, whose collectives
+//   slurm-ddp does not see), or a request on demand: request(), or the report
+//   signal (Note [Report signal]) reaching the process since the last poll.
+//
+// Note [Watchdog and store errors]
+//   A store call that fails (a connection reset, a busy store host timing a
+//   request out) does not end the watchdog: it logs a warning, once per
+//   failing spell, and tries again at the next poll. Only a store that has
+//   failed every call for longer than `store_timeout` (the group's timeout:
+//   what any other request of the group would have waited) is taken as gone;
+//   the watchdog then says so at warning and stops: no more hang reports for
+//   this group.
 #pragma once
 
 #include <atomic>
@@ -59,8 +77,11 @@ class Tracker {
   // For the watchdog: the phase and since when (ms since the epoch).
   Record snapshot(int rank, const std::string& node) const;
   bool in_collective_longer_than(std::chrono::milliseconds t) const;
-  // A step was done, and none since for longer than `t`.
+  // No step done for longer than `t`: since the last step_done(), or, before
+  // the first one, since start_clock() (a hang in the first step).
   bool step_stalled_longer_than(std::chrono::milliseconds t) const;
+  // Starts the first step's clock, once (the watchdog does, at its start).
+  void start_clock();
 
  private:
   std::atomic<int64_t> step_{-1};
@@ -91,6 +112,11 @@ struct WatchdogOptions {
   int rank = 0;
   int size = 1;
   std::string node;
+  // Where rank r runs, from the group's join, for a rank with neither an
+  // answer nor a heartbeat; "" or throwing: unknown. May be empty.
+  std::function<std::string(int rank)> node_of;
+  // Note [Watchdog and store errors]: failing this long, the store is gone.
+  std::chrono::milliseconds store_timeout{std::chrono::minutes(5)};
   std::chrono::milliseconds hang_after{std::chrono::minutes(5)};
   std::chrono::milliseconds poll{std::chrono::seconds(5)};
   std::chrono::milliseconds heartbeat{std::chrono::seconds(60)};
@@ -130,6 +156,9 @@ class Watchdog {
   void request();
   // Reports this rank printed, for tests.
   int printed() const;
+  // Whether it stopped for a store that is gone (Note [Watchdog and store
+  // errors]), for tests.
+  bool gave_up() const;
 
  private:
   struct Loop;

@@ -68,5 +68,47 @@ TEST(Hostlist, RefusesHugeExpansions) {
   EXPECT_EQ(expand_hostlist("L", "n[1-1000]", 1000).size(), 1000u);
 }
 
+// Note [Bounded parsing]: a count of hosts alone lets long names take
+// gigabytes; the bytes of the names are capped too, and so is the expression.
+TEST(Hostlist, RefusesLongNamesOverTheByteBudgetAndOversizedExpressions) {
+  const std::string many = std::string(4000, 'a') + "[0-9999]";  // 40 MB of names
+  try {
+    expand_hostlist("L", many);
+    ADD_FAILURE() << "expanded 40 MB of names";
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("more bytes of host names than the limit"));
+  }
+  EXPECT_EQ(expand_hostlist("L", "n[1-4]", 10, 8).size(), 4u);
+  EXPECT_THROW(expand_hostlist("L", "n[1-5]", 10, 8), LaunchError);
+  const std::string over(kMaxHostlistBytes + 1, 'n');
+  for (auto* call : {+[](const std::string& e) { expand_hostlist("L", e); },
+                     +[](const std::string& e) { first_host("L", e); }}) {
+    try {
+      call(over);
+      ADD_FAILURE() << "accepted " << over.size() << " bytes";
+    } catch (const LaunchError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "invalid L: 1048577 bytes long, over the limit of 1048576 bytes; expected a "
+                "Slurm hostlist such as n[01-04,7],gpu1");
+    }
+  }
+}
+
+// A walk stops where its visitor says, without generating the rest, and a
+// shared budget is taken from by every walk.
+TEST(Hostlist, WalksStopEarlyAndShareABudget) {
+  HostBudget budget{5, 1000};
+  std::vector<std::string> seen;
+  for_each_host("L", "n[1-3]", budget, [&](const std::string&) { return false; });
+  EXPECT_EQ(budget.hosts, 4u);
+  for_each_host("L", "m[1-3]", budget, [&](const std::string& h) {
+    seen.push_back(h);
+    return true;
+  });
+  EXPECT_THAT(seen, ElementsAre("m1", "m2", "m3"));
+  EXPECT_THROW(for_each_host("L", "k[1-2]", budget, [](const std::string&) { return true; }),
+               LaunchError);
+}
+
 }  // namespace
 }  // namespace slurmddp::launch

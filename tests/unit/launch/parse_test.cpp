@@ -67,14 +67,35 @@ TEST(PortRange, Parses) {
 }
 
 TEST(PortList, SlurmForms) {
-  EXPECT_THAT(parse_port_list("R", "20006-20010"), ElementsAre(20006, 20007, 20008, 20009, 20010));
-  EXPECT_THAT(parse_port_list("R", "12000,12003-12004"), ElementsAre(12000, 12003, 12004));
-  EXPECT_THAT(parse_port_list("R", "7"), ElementsAre(7));
+  EXPECT_THAT(parse_port_list("R", "20006-20010"), ElementsAre(PortRange{20006, 20010}));
+  EXPECT_THAT(parse_port_list("R", "12000,12003-12004"),
+              ElementsAre(PortRange{12000, 12000}, PortRange{12003, 12004}));
+  EXPECT_THAT(parse_port_list("R", "7"), ElementsAre(PortRange{7, 7}));
   for (const char* bad : {"", ",", "1-", "9-8", "70000", "1,,2"}) {
     EXPECT_THAT(error_of([&] { parse_port_list("SLURM_STEP_RESV_PORTS", bad); }),
                 HasSubstr("SLURM_STEP_RESV_PORTS="))
         << bad;
   }
+}
+
+// Note [Bounded parsing]: a list is kept as it is written, its ranges not
+// expanded (8,192 ranges of 65,535 ports here: a gigabyte once expanded), and a
+// list over the cap is refused unread, the error naming its length.
+TEST(PortList, StaysRangesAndRefusesAnOversizedValue) {
+  std::string full;
+  while (full.size() + 8 < kMaxPortListBytes) full += "1-65535,";
+  full += "2";
+  const auto ranges = parse_port_list("SLURM_STEP_RESV_PORTS", full);
+  ASSERT_EQ(ranges.size(), kMaxPortListBytes / 8);
+  EXPECT_EQ(ranges.front(), (PortRange{1, 65535}));
+  EXPECT_EQ(ranges.back(), (PortRange{2, 2}));
+
+  std::string huge;
+  while (huge.size() < 128 * 1024) huge += "1-65535,";
+  huge.back() = '9';
+  EXPECT_EQ(error_of([&] { parse_port_list("SLURM_STEP_RESV_PORTS", huge); }),
+            "invalid SLURM_STEP_RESV_PORTS: 131072 bytes long, over the limit of 65536 bytes; "
+            "expected a port list such as 20000-20004 or 12000,12003-12004");
 }
 
 TEST(TasksPerNode, SlurmForms) {

@@ -101,6 +101,31 @@ TEST(Port, Precedence) {
   EXPECT_EQ(choose_port(s, f).source, "--ddp-port");
 }
 
+// Note [Bounded parsing]: SLURM_STEP_RESV_PORTS may be the user's. 128 KiB of
+// full ranges (two gigabytes of ports once expanded) is refused unread, naming
+// the variable, its length and the cap; a list just under the cap gives its
+// first port without expanding the rest.
+TEST(Port, AnOversizedReservedPortListIsRefusedAndNoneIsExpanded) {
+  Settings s;
+  StepFacts f = facts();
+  std::string huge;
+  while (huge.size() < 128 * 1024) huge += "1-65535,";
+  huge.back() = '9';
+  try {
+    choose_port(s, f);
+    f.resv_ports = huge;
+    choose_port(s, f);
+    ADD_FAILURE() << "accepted a 128 KiB SLURM_STEP_RESV_PORTS";
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("invalid SLURM_STEP_RESV_PORTS: 131072 bytes long, over the "
+                                    "limit of 65536 bytes; expected a port list"));
+  }
+  f.resv_ports = huge.substr(0, 65528) + "2";
+  const PortChoice c = choose_port(s, f);
+  EXPECT_EQ(c.port, 1);
+  EXPECT_LT(c.source.size(), 120u);  // the verbose line shows a shortened list
+}
+
 TEST(Port, StepsOfOneJobNeverCollide) {
   Settings s;
   s.port_range = PortRange{30000, 30099};
@@ -331,6 +356,40 @@ TEST(Het, Rank0IsOnTheLowestGroupInTheStep) {
   EXPECT_EQ(r->node, "n2");
   EXPECT_THAT(r->source, HasSubstr("het group 1"));
   EXPECT_FALSE(het_rank0_node(lookup({}), "n[1-2]").has_value());
+}
+
+// Note [Bounded parsing]: the het groups' lists may be the user's. They are
+// walked under one budget of hosts and bytes of names: a thousand-byte name a
+// million times (a gigabyte once expanded) fails at the budget, naming the
+// variable; the walk stops at the first host in the step; a list over the cap
+// is refused unread.
+TEST(Het, GroupListsAreWalkedUnderOneBudgetOfHostsAndBytes) {
+  const std::string name(1000, 'a');
+  auto env = het_env();
+  env["SLURM_JOB_NODELIST_HET_GROUP_0"] = name + "[0-999999]";
+  StepFacts c1 = component(101, 1, "n1");
+  try {
+    apply_het_step(c1, lookup(env), "n[1-2]");
+    ADD_FAILURE() << "walked a gigabyte of host names";
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("invalid SLURM_JOB_NODELIST_HET_GROUP_0='aaa"));
+    EXPECT_THAT(e.what(), HasSubstr("more bytes of host names than the limit"));
+  }
+
+  env["SLURM_JOB_NODELIST_HET_GROUP_0"] = "n2," + name + "[0-999999]";
+  c1 = component(101, 1, "n1");
+  apply_het_step(c1, lookup(env), "n[1-2]");
+  EXPECT_EQ(c1.rank0_node, "n2");
+
+  env["SLURM_JOB_NODELIST_HET_GROUP_0"] = std::string(size_t{2} << 20, 'n');
+  c1 = component(101, 1, "n1");
+  try {
+    apply_het_step(c1, lookup(env), "n[1-2]");
+    ADD_FAILURE() << "accepted a 2 MiB SLURM_JOB_NODELIST_HET_GROUP_0";
+  } catch (const LaunchError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("invalid SLURM_JOB_NODELIST_HET_GROUP_0: 2097152 bytes long, "
+                                    "over the limit of 1048576 bytes"));
+  }
 }
 
 TEST(Het, ContradictionsNameTheVariable) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "progress/report_signal.h"
+#include "slurmddp/error.h"
 
 namespace slurmddp::progress {
 namespace {
@@ -88,12 +89,14 @@ TEST(Watchdog, ACollectiveWaitingTooLongGetsOneReportNamingTheRankInUserCode) {
   EXPECT_THAT(printed[0], HasSubstr(" in train.py:61 (next(loader))\n"
                                     "hang report 1: rank 3 on n2:\n"
                                     "  File \"train.py\", line 61 in main"));
-  // The answers were read once and erased (Python's carry stacks); the
-  // round's request stays for the ranks that have not polled yet.
-  for (int r = 0; r < 4; ++r) EXPECT_FALSE(store->check({"g/1/hang/0/" + std::to_string(r)}));
-  EXPECT_TRUE(store->check({"g/1/hang/0/request"}));
-  // Once stopped: each round's report was printed once, by one rank.
+  // Once stopped: the answers were read once and erased (Python's carry
+  // stacks), and the round's request and count with them once it was
+  // printed (Note [Hang requests]).
   for (auto& k : ranks) k.watchdog.reset();
+  for (int r = 0; r < 4; ++r) EXPECT_FALSE(store->check({"g/1/hang/1/" + std::to_string(r)}));
+  EXPECT_FALSE(store->check({"g/1/hang/1/request"}));
+  EXPECT_FALSE(store->check({"g/1/hang/1/answers"}));
+  // Each round's report was printed once, by one rank.
   std::set<std::string> rounds;
   for (const auto& line : out.wait_for(0, 0ms)) {
     EXPECT_TRUE(rounds.insert(line.substr(0, line.find(':'))).second) << line;
@@ -184,6 +187,148 @@ TEST(Watchdog, TheReportSignalAsksForAReportAndTheProgramGoesOn) {
   const auto printed = out.wait_for(1);
   ASSERT_EQ(printed.size(), 1u);
   EXPECT_THAT(printed[0], HasSubstr("hang report 1: step 4: 2/2 ranks in user code"));
+}
+
+// Note [Hang requests]: report after report (the report signal, again and
+// again) leaves no round's keys behind, a late answer included: rank 1
+// answers after the asker stopped gathering, and erases its answer itself.
+TEST(Watchdog, EveryRoundsKeysGoWhenItIsOverLateAnswersToo) {
+  auto store = make_in_process_store();
+  Printed out;
+  std::vector<Rank> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    auto& k = ranks[static_cast<size_t>(r)];
+    k.tracker->step_done(2);
+    WatchdogOptions o = options(store, r, 2, out);
+    o.hang_after = std::chrono::hours(1);
+    o.gather = 100ms;
+    if (r == 1) {
+      o.describe = [](Record&, bool full) {
+        if (full) std::this_thread::sleep_for(300ms);  // a slow stack dump
+      };
+    }
+    k.watchdog = std::make_unique<Watchdog>(o, k.tracker);
+  }
+  for (size_t n = 1; n <= 3; ++n) {
+    ranks[0].watchdog->request();
+    ASSERT_EQ(out.wait_for(n).size(), n);
+    // Rank 1's late answer comes after the report: wait for it to go.
+    const std::string late = "g/1/hang/" + std::to_string(n) + "/1";
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(400ms);  // rank 1's answer is written and erased
+      if (!store->check({late})) break;
+    }
+  }
+  for (auto& k : ranks) k.watchdog.reset();
+  EXPECT_THAT(out.wait_for(3)[0], HasSubstr("rank 1 on n1 did not answer; last seen at step 3"));
+  for (int round = 1; round <= 3; ++round) {
+    for (const char* name : {"request", "answers", "0", "1"}) {
+      const std::string k = "g/1/hang/" + std::to_string(round) + "/" + name;
+      EXPECT_FALSE(store->check({k})) << k;
+    }
+  }
+  EXPECT_EQ(store->add("g/1/hang/current", 0), 3);
+}
+
+// A rank with neither an answer nor a heartbeat (its watchdog never ran: a
+// rank stopped before it started) is named with its node from the join.
+TEST(Watchdog, ARankThatNeverReportedIsNamedWithItsNodeFromTheJoin) {
+  auto store = make_in_process_store();
+  Printed out;
+  std::vector<Rank> ranks(2);  // of 3: rank 2 is silent
+  for (int r = 0; r < 2; ++r) {
+    auto& k = ranks[static_cast<size_t>(r)];
+    k.tracker->step_done(5);
+    k.tracker->enter("all_reduce", 40);
+    WatchdogOptions o = options(store, r, 3, out);
+    o.gather = 300ms;
+    o.node_of = [](int rank) { return rank == 2 ? std::string("n7") : std::string("n1"); };
+    k.watchdog = std::make_unique<Watchdog>(o, k.tracker);
+  }
+  const auto printed = out.wait_for(1);
+  ASSERT_EQ(printed.size(), 1u);
+  EXPECT_THAT(printed[0], HasSubstr("step 6: 2/3 ranks waiting in all_reduce #40; rank 2 on n7 did "
+                                    "not answer and wrote no heartbeat (no step seen)"));
+}
+
+// on_stalled_step (PyTorch): a first step that does not end is a hang too;
+// its clock starts with the watchdog.
+TEST(Watchdog, AHangInTheFirstStepIsReported) {
+  auto store = make_in_process_store();
+  Printed out;
+  std::vector<Rank> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    auto& k = ranks[static_cast<size_t>(r)];
+    WatchdogOptions o = options(store, r, 2, out);
+    o.on_stalled_step = true;
+    k.watchdog = std::make_unique<Watchdog>(o, k.tracker);
+  }
+  const auto printed = out.wait_for(1);
+  ASSERT_EQ(printed.size(), 1u);
+  EXPECT_THAT(printed[0], HasSubstr("hang report 1: step 0: 2/2 ranks in user code"));
+}
+
+// Note [Watchdog and store errors]: the in-process store, but every call
+// throws while `failing` is set.
+class FlakyStore : public Store {
+ public:
+  std::atomic<bool> failing{false};
+  std::atomic<int> failed{0};
+  void set(const std::string& k, const Bytes& v) override { check_up(), inner_->set(k, v); }
+  Bytes get(const std::string& k, Millis t) override { return check_up(), inner_->get(k, t); }
+  int64_t add(const std::string& k, int64_t d) override { return check_up(), inner_->add(k, d); }
+  Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override {
+    return check_up(), inner_->compare_set(k, e, d);
+  }
+  void wait(const std::vector<std::string>& k, Millis t) override {
+    check_up(), inner_->wait(k, t);
+  }
+  bool check(const std::vector<std::string>& k) override { return check_up(), inner_->check(k); }
+  bool erase(const std::string& k) override { return check_up(), inner_->erase(k); }
+
+ private:
+  void check_up() {
+    if (failing.load()) {
+      ++failed;
+      throw Error("tcp store: connection reset by peer");
+    }
+  }
+  std::shared_ptr<Store> inner_ = make_in_process_store();
+};
+
+TEST(Watchdog, ATransientStoreErrorIsSurvivedAndAStoreThatStaysGoneEndsIt) {
+  auto store = std::make_shared<FlakyStore>();
+  Printed out;
+  std::vector<Rank> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    auto& k = ranks[static_cast<size_t>(r)];
+    k.tracker->step_done(1);
+    WatchdogOptions o = options(store, r, 2, out);
+    o.hang_after = std::chrono::hours(1);
+    o.store_timeout = 2s;
+    k.watchdog = std::make_unique<Watchdog>(o, k.tracker);
+  }
+  store->failing = true;  // a few polls of 50 ms fail, well inside store_timeout
+  const auto spell = std::chrono::steady_clock::now() + 1s;
+  while (store->failed.load() < 6 && std::chrono::steady_clock::now() < spell) {
+    std::this_thread::sleep_for(10ms);
+  }
+  store->failing = false;
+  ranks[1].watchdog->request();
+  const auto printed = out.wait_for(1);
+  ASSERT_EQ(printed.size(), 1u);
+  EXPECT_THAT(printed[0], HasSubstr("hang report 1: step 2: 2/2 ranks in user code"));
+  EXPECT_FALSE(ranks[0].watchdog->gave_up());
+
+  store->failing = true;  // for good
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!(ranks[0].watchdog->gave_up() && ranks[1].watchdog->gave_up()) &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(ranks[0].watchdog->gave_up());
+  EXPECT_TRUE(ranks[1].watchdog->gave_up());
 }
 
 // A store whose host stopped answering: every call blocks until released.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -74,6 +75,39 @@ TEST(Requeue, RunsScontrolAndReportsItsError) {
     EXPECT_THAT(e.what(), HasSubstr("scontrol is not installed here"));
     EXPECT_THAT(e.what(), HasSubstr("exit with 75 and let the batch script requeue"));
   }
+  unsetenv("SLURM_JOB_ID");
+}
+
+// Note [Requeue deadline]: a scontrol that does not answer (slurmctld down) is
+// killed after SLURMDDP_REQUEUE_TIMEOUT, with the script's child that holds its
+// output pipe open, and the error says what happened and what to do.
+TEST(Requeue, AScontrolThatDoesNotAnswerIsKilledAtTheDeadline) {
+  setenv("SLURM_JOB_ID", "81", 1);
+  unsetenv("SLURM_ARRAY_JOB_ID");
+  const std::string path = ::testing::TempDir() + "/scontrol-hangs-" + std::to_string(::getpid());
+  std::ofstream(path) << "#!/bin/sh\necho 'slurm_load_jobs error: Socket timed out' >&2\n"
+                         "sleep 20\nexit 0\n";
+  chmod(path.c_str(), 0755);
+  setenv(kRequeueTimeoutVariable, "1", 1);
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    requeue_job(path);
+    ADD_FAILURE() << "requeue_job returned";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("requeue 81' did not finish within 1 s "
+                                    "(SLURMDDP_REQUEUE_TIMEOUT); it was killed"));
+    EXPECT_THAT(e.what(), HasSubstr("exit with 75"));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+
+  setenv(kRequeueTimeoutVariable, "soon", 1);
+  try {
+    requeue_job(path);
+    ADD_FAILURE() << "requeue_job returned";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("invalid SLURMDDP_REQUEUE_TIMEOUT='soon'; expected seconds"));
+  }
+  unsetenv(kRequeueTimeoutVariable);
   unsetenv("SLURM_JOB_ID");
 }
 
