@@ -147,12 +147,13 @@ class ShardedCheckpointer:
         _core.make_private_dirs(sdir)
         if rank == 0:
             _unmark_complete(sdir)  # Note [Saving a step again]
-        reason = ""
+        error: Optional[Exception] = None
+        sampler_text = ""
         try:
             sampler_text = _sampler_text(sampler)
         except _core.InvalidArgument as e:
-            reason = str(e)
-        _agree_or_raise(reason, rank, world, group, f"ShardedCheckpointer.save: step {step}")
+            error = e
+        _agree_or_raise(error, rank, world, group, f"ShardedCheckpointer.save: step {step}")
         self._dcp.save(state, storage_writer=self._dcp.FileSystemWriter(sdir))
         files = {}
         for name in _written_by(sdir, rank):
