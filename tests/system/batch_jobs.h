@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -150,7 +151,14 @@ template <typename F>
 bool hold_until_pending(const std::string& dir, const std::string& what, int signal,
                         std::chrono::seconds limit, F cause) {
   const std::vector<int> ranks = pids_in(dir, what);
-  if (ranks.empty()) return false;
+  if (ranks.empty()) {
+    // The ranks are not visible from here (their /proc entries name another
+    // working directory, as inside a lane's root): cause it without holding
+    // them; the warning then comes at Slurm's next time-limit check.
+    std::fprintf(stderr, "hold_until_pending: no process '%s' in %s to hold\n", what.c_str(),
+                 dir.c_str());
+    return cause();
+  }
   for (int pid : ranks) ::kill(pid, SIGSTOP);
   const bool all = cause() && poll_until(limit, [&] {
                      return std::all_of(ranks.begin(), ranks.end(),
