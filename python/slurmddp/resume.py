@@ -574,19 +574,28 @@ def _agree_or_raise(error: Optional[Exception], rank: int, world: int, group: Op
     reason = str(error) if error is not None else ""
     if error is not None and not reason:
         reason = type(error).__name__
+    why = _refusals(reason, rank, world, group)
+    if not why:
+        return
+    if error is not None:
+        raise error
+    raise _core.Error(f"{what} failed on another rank: {why}")
+
+
+def _refusals(reason: str, rank: int, world: int, group: Optional[Any]) -> str:
+    """Collective: "" when no rank has a reason, else the first ranks' reasons
+    ("rank 1: ...; rank 3: ...; and 2 more ranks")."""
     first = torch.tensor([rank if reason else world], dtype=torch.int64)
     dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
     _keep(first)
     if int(first.item()) == world:
-        return
+        return ""
     reasons = _gather_texts(reason, world, group)
     failed = [(r, text) for r, text in enumerate(reasons) if text]
-    if error is not None:
-        raise error
     why = "; ".join(f"rank {r}: {text}" for r, text in failed[:3])
     if len(failed) > 3:
         why += f"; and {len(failed) - 3} more ranks"
-    raise _core.Error(f"{what} failed on another rank: {why}")
+    return why
 
 
 # Note [Loading what was saved]
@@ -934,10 +943,8 @@ class Checkpointer:
             except Exception as e:  # noqa: BLE001 (MemoryError, OSError: agreed, not a hang)
                 reason = f"checkpoint: rank {rank} failed to read {self.dir}/step-{step}: " \
                          f"{type(e).__name__}: {e}"
-            first = torch.tensor([rank if reason else world], dtype=torch.int64)
-            dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
-            _keep(first)
-            if int(first.item()) == world:
+            why = _refusals(reason, rank, world, group)
+            if not why:
                 with payload:
                     state = _torch_load(payload, step, self.weights_only, map_location,
                                         torch_load_args)
@@ -946,11 +953,6 @@ class Checkpointer:
                           f"checkpoint", file=sys.stderr, flush=True)
                 return Resumed(step, state, _sampler_state(sampler),
                                os.path.join(self.dir, f"step-{step}"))
-            reasons = _gather_texts(reason, world, group)
-            failed = [(r, text) for r, text in enumerate(reasons) if text]
-            why = "; ".join(f"rank {r}: {text}" for r, text in failed[:3])
-            if len(failed) > 3:
-                why += f"; and {len(failed) - 3} more ranks"
             refused.append(f"step-{step} ({why})")
             if rank == 0:
                 print(f"slurmddp: refusing checkpoint {self.dir}/step-{step}: {why}; trying the "

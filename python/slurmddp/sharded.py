@@ -51,8 +51,7 @@ from .resume import (
     _complete_marker,
     _complete_steps_in,
     _cpu_group,
-    _gather_texts,
-    _keep,
+    _refusals,
     _sampler_state,
     _sampler_text,
     _unmark_complete,
@@ -239,21 +238,14 @@ class ShardedCheckpointer:
                 raise
             except _core.Error as e:
                 reason = str(e)
-            first = torch.tensor([rank if reason else world], dtype=torch.int64)
-            dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
-            _keep(first)
+            why = _refusals(reason, rank, world, group)
             sdir = os.path.join(self.dir, f"step-{step}")
-            if int(first.item()) == world:
+            if not why:
                 self._dcp.load(state, storage_reader=self._dcp.FileSystemReader(sdir))
                 if refused and rank == 0:
                     print(f"slurmddp: resuming from {sdir}, the newest usable checkpoint",
                           file=sys.stderr, flush=True)
                 return Resumed(step, state, _sampler_state(sampler), sdir)
-            reasons = _gather_texts(reason, world, group)
-            failed = [(r, text) for r, text in enumerate(reasons) if text]
-            why = "; ".join(f"rank {r}: {text}" for r, text in failed[:3])
-            if len(failed) > 3:
-                why += f"; and {len(failed) - 3} more ranks"
             refused.append(f"step-{step} ({why})")
             if rank == 0:
                 print(f"slurmddp: refusing checkpoint {sdir}: {why}; trying the previous one",
