@@ -14,6 +14,20 @@ using common::quote;
 
 namespace {
 
+// Note [Stop signals through torchrun]
+//   torchrun starts its workers in sessions of their own and handles SIGTERM,
+//   SIGINT, SIGHUP and SIGQUIT itself: it sends the signal it got on to its
+//   workers and kills them 30 s later. SIGUSR1 and SIGUSR2, which Slurm sends
+//   before the time limit (--signal=USR1@120) and scancel --signal sends, end
+//   torchrun by their default action where Slurm signals only the step's tasks
+//   (proctrack/pgid), and never reach the workers. A newer torch (2.15, not
+//   2.6) reads the signals it handles from TORCHELASTIC_SIGNALS_TO_HANDLE; the
+//   plugin adds SIGUSR1 and SIGUSR2 there for a torchrun step (a value of the
+//   user's own is kept), so the workers get every stop signal and
+//   slurmddp.StopSignal agrees as under srun. Older torch ignores the variable
+//   (docs/python.md, "Under torchrun").
+const char* const kTorchrunSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
+
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -292,6 +306,8 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
     set("PET_RDZV_BACKEND", "static");
     set("PET_RDZV_ENDPOINT", plan.master_addr + ":" + port);
     set("PET_RDZV_ID", plan.step);
+    // Note [Stop signals through torchrun]
+    env.push_back({"TORCHELASTIC_SIGNALS_TO_HANDLE", kTorchrunSignals, /*overwrite=*/false});
   }
   set(kEnvStep, plan.step);
   set(kEnvMaster, plan.master_addr + ":" + port);

@@ -557,6 +557,14 @@ TEST(TaskEnv, TorchrunLauncherExportsPetVariablesNotRanks) {
   EXPECT_EQ(env["PET_RDZV_BACKEND"], "static");
   EXPECT_EQ(env["PET_RDZV_ENDPOINT"], "10.77.0.11:" + std::to_string(p.port.port));
   EXPECT_EQ(env["PET_RDZV_ID"], "42.0");
+  // torchrun sends the time-limit warning's SIGUSR1 on to its workers (a
+  // value of the user's own is kept)
+  EXPECT_EQ(env["TORCHELASTIC_SIGNALS_TO_HANDLE"], "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
+  for (const auto& c : task_environment(p, t, net.view())) {
+    if (c.name == "TORCHELASTIC_SIGNALS_TO_HANDLE") {
+      EXPECT_FALSE(c.overwrite);
+    }
+  }
   EXPECT_EQ(env["MASTER_ADDR"], "10.77.0.11");
   for (const char* k : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
                         "GROUP_RANK", "SLURMDDP_LOCAL_DEVICE"}) {
