@@ -51,7 +51,7 @@ from torch.utils.data.distributed import DistributedSampler as _TorchDistributed
 
 from . import _core
 
-__all__ = ["DistributedSampler", "Progress", "Store", "SCHEME", "settle_ddp"]
+__all__ = ["DataLoader", "DistributedSampler", "Progress", "Store", "SCHEME", "settle_ddp"]
 
 SCHEME = "slurmddp"
 
@@ -421,6 +421,78 @@ class DistributedSampler(_TorchDistributedSampler):
         self._loader = None
 
 
+class DataLoader(torch.utils.data.DataLoader):
+    """torch's ``DataLoader`` (the same arguments) over this package's
+    ``DistributedSampler``, with ``state_dict()``/``load_state_dict()``: a
+    loader that resumes mid-epoch after the last batch it yielded, for
+    trainers that save and restore resumable loaders (PyTorch Lightning
+    >= 2.3 does, in its checkpoints' loop state; Note [What the training
+    consumed]).
+
+    Without ``sampler``/``batch_sampler`` it makes the sampler that a
+    trainer would put in, ``DistributedSampler(dataset, shuffle=shuffle,
+    seed=seed)``: ``seed`` defaults to ``PL_GLOBAL_SEED`` (Lightning's
+    ``seed_everything``), else 0, as Lightning's own sampler's; ranks from
+    the process group, else ``RANK``/``WORLD_SIZE``. A ``sampler`` given
+    must be this package's ``DistributedSampler``.
+    """
+
+    def __init__(self, dataset: Any, batch_size: Optional[int] = 1,
+                 shuffle: Optional[bool] = None, sampler: Any = None, *args: Any,
+                 seed: Optional[int] = None, **kwargs: Any) -> None:
+        if sampler is None and kwargs.get("batch_sampler") is None and not args:
+            if seed is None:
+                seed = int(os.environ.get("PL_GLOBAL_SEED", "0") or 0)
+            sampler = DistributedSampler(dataset, shuffle=bool(shuffle), seed=seed)
+            shuffle = None
+        elif shuffle is not None and sampler is not None:
+            raise _core.InvalidArgument(
+                "slurmddp.torch.DataLoader: shuffle= and sampler= together; the sampler "
+                "shuffles (DistributedSampler(shuffle=))")
+        if not isinstance(sampler, DistributedSampler):
+            raise _core.InvalidArgument(
+                f"slurmddp.torch.DataLoader: sampler={type(sampler).__name__}; expected "
+                f"slurmddp.torch.DistributedSampler (or none: it makes one)")
+        super().__init__(dataset, batch_size, shuffle, sampler, *args, **kwargs)
+
+    # Note [A loader's state on every rank]
+    #   A trainer saves rank 0's loader state and loads it on every rank
+    #   (Lightning keeps it in the loop state of rank 0's checkpoint). Under
+    #   DDP every rank has consumed the same number of batches of its own
+    #   shard, so the state is the epoch and the position in samples, with the
+    #   sampler's configuration less its rank: a loader with another dataset
+    #   size, seed or world size is refused by name, and each rank continues
+    #   its own shard at that position.
+    _KEY = "slurmddp.torch.DataLoader"
+
+    def _shared_config(self) -> Dict[str, Any]:
+        return {k: v for k, v in self.sampler._config.items() if k not in ("rank", "torch_version")}
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The epoch and the samples of it consumed: the batches this loader
+        yielded (Note [A loader's state on every rank])."""
+        s = self.sampler.state_dict()
+        return {self._KEY: 1, "epoch": s["epoch"], "position": s["position"],
+                "config": self._shared_config()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """The next iteration of the saved epoch starts after the saved batches."""
+        if not isinstance(state, dict) or state.get(self._KEY) != 1:
+            raise _core.InvalidArgument(
+                f"slurmddp.torch.DataLoader.load_state_dict: expected a dict from state_dict(), "
+                f"got {state!r:.200}")
+        mine = self._shared_config()
+        saved = state.get("config", {})
+        differ = [f"{k}={saved.get(k)!r} (here {v!r})" for k, v in mine.items() if saved.get(k) != v]
+        if differ:
+            raise _core.InvalidArgument(
+                f"slurmddp.torch.DataLoader.load_state_dict: the state was saved by a loader "
+                f"whose sampler had {', '.join(differ)}; rank {self.sampler.rank}")
+        text = f"slurmddp-sampler v1 epoch={int(state['epoch'])} position=" \
+               f"{int(state['position'])} fingerprint={self.sampler._sampler.fingerprint:016x}"
+        self.sampler.load_state_dict({"state": text})
+
+
 # Note [What the training consumed]
 #   A DataLoader with workers takes indices from its sampler ahead of the
 #   training: prefetch_factor x num_workers batches are in the workers' queues
@@ -532,12 +604,18 @@ def settle_ddp(model: torch.nn.parallel.DistributedDataParallel, *inputs: Any,
     statistics) are overwritten by the state dict loaded afterwards. No
     optimizer step is taken.
     """
+    _settle(model, lambda: model(*inputs, **kwargs))
+
+
+def _settle(model: torch.nn.parallel.DistributedDataParallel, forward: Any) -> None:
+    """settle_ddp with `forward()` as DDP's forward (slurmddp.lightning's goes
+    through the Trainer's strategy)."""
     rounds = 2 if getattr(model, "static_graph", False) else 1
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and \
         torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
         for _ in range(rounds):
-            outputs = [t for t in _tensors(model(*inputs, **kwargs)) if t.requires_grad]
+            outputs = [t for t in _tensors(forward()) if t.requires_grad]
             if not outputs:
                 raise _core.InvalidArgument(
                     "settle_ddp: the model's output holds no tensor that requires a gradient; "

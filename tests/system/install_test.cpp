@@ -102,8 +102,8 @@ TEST_F(Staged, ThePythonPackageImportsFromTheStagedTree) {
   while (pydir.size() > 1 && pydir.back() == '/') pydir.pop_back();
   if (pydir.empty()) GTEST_SKIP() << "SKIP: this build has no Python package (-Dpython)";
   const std::string package = staged(pydir) + "/slurmddp";
-  for (const char* f :
-       {"__init__.py", "resume.py", "sharded.py", "torch.py", "_core.pyi", "py.typed"}) {
+  for (const char* f : {"__init__.py", "lightning.py", "resume.py", "sharded.py", "torch.py",
+                        "_core.pyi", "py.typed"}) {
     EXPECT_TRUE(fs::exists(package + "/" + f)) << package << "/" << f;
   }
   const char* const script =
