@@ -189,10 +189,12 @@ class SlurmDDP(pl.Callback):
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit":
             return
-        if not (dist.is_available() and dist.is_initialized()):
-            raise _core.InvalidArgument(
-                "SlurmDDP: torch.distributed is not initialized in the Trainer's setup; the "
-                "agreed stop and the checkpoints need a distributed strategy (strategy=\"ddp\")")
+        if not dist.is_available():
+            raise _core.InvalidArgument("SlurmDDP: this torch has no torch.distributed")
+        if not dist.is_initialized():
+            # One process outside a distributed strategy (a run on a laptop):
+            # the stop and the checkpoints work on a group of one.
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         self.checkpointer = _resume.Checkpointer(self.directory, keep=self.keep,
                                                  per_job=self.per_job,
                                                  weights_only=self.weights_only)

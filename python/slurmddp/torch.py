@@ -443,7 +443,11 @@ class DataLoader(torch.utils.data.DataLoader):
         if sampler is None and kwargs.get("batch_sampler") is None and not args:
             if seed is None:
                 seed = int(os.environ.get("PL_GLOBAL_SEED", "0") or 0)
-            sampler = DistributedSampler(dataset, shuffle=bool(shuffle), seed=seed)
+            alone = not (dist.is_available() and dist.is_initialized()) and \
+                "WORLD_SIZE" not in os.environ
+            # one process on its own: a shard of one (checked at iteration)
+            sampler = DistributedSampler(dataset, shuffle=bool(shuffle), seed=seed,
+                                         **({"num_replicas": 1, "rank": 0} if alone else {}))
             shuffle = None
         elif shuffle is not None and sampler is not None:
             raise _core.InvalidArgument(
@@ -454,6 +458,17 @@ class DataLoader(torch.utils.data.DataLoader):
                 f"slurmddp.torch.DataLoader: sampler={type(sampler).__name__}; expected "
                 f"slurmddp.torch.DistributedSampler (or none: it makes one)")
         super().__init__(dataset, batch_size, shuffle, sampler, *args, **kwargs)
+
+    def __iter__(self) -> Any:
+        if dist.is_available() and dist.is_initialized() and \
+                self.sampler.num_replicas != dist.get_world_size():
+            raise _core.InvalidArgument(
+                f"slurmddp.torch.DataLoader: its sampler has num_replicas="
+                f"{self.sampler.num_replicas} (rank {self.sampler.rank}) and the process group "
+                f"has {dist.get_world_size()} ranks: the loader was made before the ranks "
+                f"existed (make it after init_process_group, or in a LightningModule's "
+                f"train_dataloader())")
+        return super().__iter__()
 
     # Note [A loader's state on every rank]
     #   A trainer saves rank 0's loader state and loads it on every rank
