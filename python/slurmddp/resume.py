@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import functools
 import io
 import os
 import pickletools
@@ -44,6 +43,7 @@ import torch
 import torch.distributed as dist
 
 from . import _core
+from . import torch as _sdtorch
 
 __all__ = [
     "EXIT_REQUEUE",
@@ -274,33 +274,20 @@ def _finish_checks() -> None:
 #   one freed by torch's Gloo thread during
 #   interpreter teardown waits for the GIL the teardown holds. So the check in
 #   flight is finished (its answer kept for the next should_stop) before
-#   torch.distributed.destroy_process_group runs, which is wrapped here for
-#   that, at exit, and when a StopSignal is dropped (a Work dropped unwaited
+#   torch.distributed.destroy_process_group runs (slurmddp.torch wraps it and
+#   calls _before_destroy), at exit, and when a StopSignal is dropped (a Work dropped unwaited
 #   ends the process in std::terminate at exit on torch 2.6, measured 4 in 24
 #   runs of a program whose StopSignal went out of scope with a check in flight).
-def _wrap_destroy() -> None:
-    from torch.distributed import distributed_c10d
-    original = distributed_c10d.destroy_process_group
-    if getattr(original, "_slurmddp_wrapped", False):
-        return
-
-    @functools.wraps(original)
-    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
-        global _side_group
-        _finish_checks()
-        group = args[0] if args else kwargs.get("group")
-        if group is None or group is _side_group:
-            _side_group = None  # Note [The side group]: it ends with the default group
-        return original(*args, **kwargs)
-
-    destroy_process_group._slurmddp_wrapped = True  # type: ignore[attr-defined]
-    distributed_c10d.destroy_process_group = destroy_process_group
-    if getattr(dist, "destroy_process_group", None) is original:
-        dist.destroy_process_group = destroy_process_group
+def _before_destroy(*args: Any, **kwargs: Any) -> None:
+    global _side_group
+    _finish_checks()
+    group = args[0] if args else kwargs.get("group")
+    if group is None or group is _side_group:
+        _side_group = None  # Note [The side group]: it ends with the default group
 
 
-if dist.is_available():
-    _wrap_destroy()
+# slurmddp.torch wraps destroy_process_group (Note [Gloo's threads at destroy_process_group])
+_sdtorch._before_destroy.append(_before_destroy)
 
 
 # Note [Checks at different steps]

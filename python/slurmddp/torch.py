@@ -32,6 +32,7 @@ stacks of the ranks that are not where the others are::
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 import linecache
 import os
@@ -106,6 +107,42 @@ def _let_gloo_threads_finish() -> None:
             quiet_since = now
         elif now - quiet_since >= _QUIET_S:
             return
+
+
+# Note [Gloo's threads at destroy_process_group]
+#   The same wait as at exit (Note [Gloo's threads at exit]) before
+#   destroy_process_group: it drops the process group while holding the GIL,
+#   and ProcessGroupGloo's destructor joins its threads; one that is about to
+#   drop the work of the collective just before (dist.barrier();
+#   destroy_process_group()) waits for that GIL: a deadlock, the rank hung at
+#   its last line with its threads in futex waits (torch 2.6, Python 3.13:
+#   twice in about 40 runs of a test whose ranks end so, beside other CPU
+#   load). destroy_process_group is wrapped here for that; slurmddp.resume
+#   adds what it must do first (_before_destroy).
+_before_destroy: List[Any] = []
+
+
+def _wrap_destroy() -> None:
+    from torch.distributed import distributed_c10d
+    original = distributed_c10d.destroy_process_group
+    if getattr(original, "_slurmddp_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        for hook in list(_before_destroy):
+            hook(*args, **kwargs)
+        _let_gloo_threads_finish()
+        return original(*args, **kwargs)
+
+    destroy_process_group._slurmddp_wrapped = True  # type: ignore[attr-defined]
+    distributed_c10d.destroy_process_group = destroy_process_group
+    if getattr(dist, "destroy_process_group", None) is original:
+        dist.destroy_process_group = destroy_process_group
+
+
+if dist.is_available():
+    _wrap_destroy()
 
 
 def _warn_if_the_master_changed() -> None:

@@ -20,12 +20,14 @@ namespace {
 //   workers and kills them 30 s later. SIGUSR1 and SIGUSR2, which Slurm sends
 //   before the time limit (--signal=USR1@120) and scancel --signal sends, end
 //   torchrun by their default action where Slurm signals only the step's tasks
-//   (proctrack/pgid), and never reach the workers. A newer torch (2.15, not
-//   2.6) reads the signals it handles from TORCHELASTIC_SIGNALS_TO_HANDLE; the
-//   plugin adds SIGUSR1 and SIGUSR2 there for a torchrun step (a value of the
-//   user's own is kept), so the workers get every stop signal and
-//   slurmddp.StopSignal agrees as under srun. Older torch ignores the variable
-//   (docs/python.md, "Under torchrun").
+//   (proctrack/pgid), and never reach the workers. A newer torchrun (2.15, not
+//   2.6) takes the signals it handles as --signals-to-handle, read from
+//   PET_SIGNALS_TO_HANDLE like its other options (it then sets
+//   TORCHELASTIC_SIGNALS_TO_HANDLE itself, from that option); the plugin adds
+//   SIGUSR1 and SIGUSR2 there for a torchrun step (a value of the user's own,
+//   and the flag on torchrun's command line, win), so the workers get every
+//   stop signal and slurmddp.StopSignal agrees as under srun. An older torchrun
+//   ignores the variable (docs/python.md, "Under torchrun").
 const char* const kTorchrunSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
 
 uint64_t splitmix64(uint64_t x) {
@@ -307,7 +309,7 @@ std::vector<EnvChange> task_environment(const StepPlan& plan, const TaskFacts& t
     set("PET_RDZV_ENDPOINT", plan.master_addr + ":" + port);
     set("PET_RDZV_ID", plan.step);
     // Note [Stop signals through torchrun]
-    env.push_back({"TORCHELASTIC_SIGNALS_TO_HANDLE", kTorchrunSignals, /*overwrite=*/false});
+    env.push_back({"PET_SIGNALS_TO_HANDLE", kTorchrunSignals, /*overwrite=*/false});
   }
   set(kEnvStep, plan.step);
   set(kEnvMaster, plan.master_addr + ":" + port);

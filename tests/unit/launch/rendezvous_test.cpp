@@ -559,9 +559,9 @@ TEST(TaskEnv, TorchrunLauncherExportsPetVariablesNotRanks) {
   EXPECT_EQ(env["PET_RDZV_ID"], "42.0");
   // torchrun sends the time-limit warning's SIGUSR1 on to its workers (a
   // value of the user's own is kept)
-  EXPECT_EQ(env["TORCHELASTIC_SIGNALS_TO_HANDLE"], "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
+  EXPECT_EQ(env["PET_SIGNALS_TO_HANDLE"], "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
   for (const auto& c : task_environment(p, t, net.view())) {
-    if (c.name == "TORCHELASTIC_SIGNALS_TO_HANDLE") {
+    if (c.name == "PET_SIGNALS_TO_HANDLE") {
       EXPECT_FALSE(c.overwrite);
     }
   }
