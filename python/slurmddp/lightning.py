@@ -290,11 +290,7 @@ class SlurmDDP(pl.Callback):
         print(f"slurmddp.lightning: rank {rank}: stopped after step {step} on "
               f"{self.stop.signal_name}, checkpoint in {self.checkpointer.dir}", flush=True)
         if self.requeue and rank == 0:
-            try:
-                _resume.requeue()
-            except _core.Error as e:
-                print(f"slurmddp: {e}; exiting with {_resume.EXIT_REQUEUE} for the batch script "
-                      f"to requeue", file=sys.stderr, flush=True)
+            _resume._requeue_or_say_why()
         dist.barrier(group=_resume._cpu_group(None))
         sys.stdout.flush()
         # Lightning's way out of a fit (its SIGTERMException is a SystemExit):

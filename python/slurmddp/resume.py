@@ -104,6 +104,15 @@ def requeue(scontrol: str = "scontrol") -> None:
     _core.requeue(scontrol)
 
 
+def _requeue_or_say_why() -> None:
+    """requeue(); when it fails, says why on stderr (the rank exits EXIT_REQUEUE anyway)."""
+    try:
+        requeue()
+    except _core.Error as e:
+        print(f"slurmddp: {e}; exiting with {EXIT_REQUEUE} for the batch script to "
+              f"requeue", file=sys.stderr, flush=True)
+
+
 def requeue_and_exit(group: Optional[Any] = None) -> None:
     """After a checkpoint: rank 0 asks Slurm to requeue the job, every rank
     leaves the process group and exits with ``EXIT_REQUEUE``.
@@ -114,11 +123,7 @@ def requeue_and_exit(group: Optional[Any] = None) -> None:
     """
     distributed = dist.is_available() and dist.is_initialized()
     if not distributed or dist.get_rank() == 0:
-        try:
-            requeue()
-        except _core.Error as e:
-            print(f"slurmddp: {e}; exiting with {EXIT_REQUEUE} for the batch script to "
-                  f"requeue", file=sys.stderr, flush=True)
+        _requeue_or_say_why()
     if distributed:
         dist.barrier(group=_cpu_group(group))
         dist.destroy_process_group()

@@ -444,10 +444,12 @@ class DistributedSampler(_TorchDistributedSampler):
                     f"DistributedSampler.state_dict: position={position} is outside "
                     f"[0, {self.num_samples}]")
             at = position
-        # The C++ state line carries the configuration's fingerprint.
-        state = f"slurmddp-sampler v1 epoch={self.epoch} position={at} fingerprint=" \
-                f"{s.fingerprint:016x}"
-        return {"epoch": self.epoch, "position": at, "state": state}
+        return {"epoch": self.epoch, "position": at, "state": self._state_line(self.epoch, at)}
+
+    def _state_line(self, epoch: int, position: int) -> str:
+        """The C++ state line: it carries the configuration's fingerprint."""
+        return f"slurmddp-sampler v1 epoch={epoch} position={position} fingerprint=" \
+               f"{self._sampler.fingerprint:016x}"
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state_dict()`` of a sampler with the same configuration.
@@ -551,9 +553,8 @@ class DataLoader(torch.utils.data.DataLoader):
             raise _core.InvalidArgument(
                 f"slurmddp.torch.DataLoader.load_state_dict: the state was saved by a loader "
                 f"whose sampler had {', '.join(differ)}; rank {self.sampler.rank}")
-        text = f"slurmddp-sampler v1 epoch={int(state['epoch'])} position=" \
-               f"{int(state['position'])} fingerprint={self.sampler._sampler.fingerprint:016x}"
-        self.sampler.load_state_dict({"state": text})
+        self.sampler.load_state_dict(
+            {"state": self.sampler._state_line(int(state["epoch"]), int(state["position"]))})
 
 
 # Note [What the training consumed]
