@@ -80,6 +80,29 @@ inline void release_after_requeue(const std::string& id, const std::string& dir,
   EXPECT_EQ(r.rc, 0) << r.err;
 }
 
+// The preemption of a batch job the tests run: once its output shows
+// "step <at_step>" (within `first`), `scancel --signal=<sig>`; the requeued job
+// is let start at once (release_after_requeue) and its second run ("run 1 of
+// job") ends within 400 s. Call with ASSERT_NO_FATAL_FAILURE.
+inline void stop_requeue_and_rerun(const std::string& id, const std::string& dir, int at_step,
+                                   const std::string& sig, std::chrono::seconds first) {
+  const std::string step = "\nstep " + std::to_string(at_step) + "\n";
+  ASSERT_TRUE(poll_until(first, [&] {
+    return slurp(dir + "/out.txt").find(step) != std::string::npos;
+  })) << slurp(dir + "/out.txt");
+  Result sent = run("scancel --signal=" + sig + " " + id);
+  ASSERT_EQ(sent.rc, 0) << sent.err;
+  release_after_requeue(id, dir, "stopped after step");
+  ASSERT_TRUE(poll_until(std::chrono::seconds(400), [&] {
+    return finished(id) && slurp(dir + "/out.txt").find("run 1 of job") != std::string::npos;
+  })) << slurp(dir + "/out.txt");
+}
+
+// The Python under test and its package, for a batch job's steps (PYTHON).
+inline std::string python_exports() {
+  return "--export=ALL," + export_package() + "PYTHON=" + python();
+}
+
 // How long the job has run, in seconds (scontrol's RunTime; -1 when unknown).
 inline long run_seconds(const std::string& id) {
   Result r = run("scontrol -o show job " + id + " 2>/dev/null", std::chrono::seconds(30));

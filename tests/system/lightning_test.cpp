@@ -43,10 +43,6 @@ std::set<std::string> digests(const std::string& out) {
   return captures(out, "rank [0-9]+: parameter sha256 ([0-9a-f]+) after step 938");
 }
 
-std::string exports() {
-  return "--export=ALL," + export_package() + "PYTHON=" + python();
-}
-
 std::string job_dir(const std::string& name) {
   std::string dir = fresh_dir(name);
   for (const char* f : {"train.py", "lightning_train.py"}) {
@@ -57,7 +53,7 @@ std::string job_dir(const std::string& name) {
 
 std::string submit(const std::string& dir, const std::string& sbatch_args) {
   return systest::submit(dir, source_dir() + "/examples/jobs/preemptible-lightning.sbatch",
-                         exports() + " " + sbatch_args, kArgs);
+                         python_exports() + " " + sbatch_args, kArgs);
 }
 
 TEST(LightningSystem, ScancelSignalMidEpochRequeuesAndResumesBitIdentical) {
@@ -75,15 +71,7 @@ TEST(LightningSystem, ScancelSignalMidEpochRequeuesAndResumesBitIdentical) {
   std::string dir = job_dir("lightning-scancel");
   std::string id = submit(dir, "");
   // Mid-epoch in the second epoch (469 steps an epoch).
-  ASSERT_TRUE(poll_until(std::chrono::seconds(240), [&] {
-    return slurp(dir + "/out.txt").find("\nstep 600\n") != std::string::npos;
-  })) << slurp(dir + "/out.txt");
-  Result sig = run("scancel --signal=USR1 " + id);
-  ASSERT_EQ(sig.rc, 0) << sig.err;
-  release_after_requeue(id, dir, "stopped after step");
-  ASSERT_TRUE(poll_until(std::chrono::seconds(400), [&] {
-    return finished(id) && slurp(dir + "/out.txt").find("run 1 of job") != std::string::npos;
-  })) << slurp(dir + "/out.txt");
+  ASSERT_NO_FATAL_FAILURE(stop_requeue_and_rerun(id, dir, 600, "USR1", std::chrono::seconds(240)));
   std::string out = slurp(dir + "/out.txt");
   EXPECT_EQ(job_state(id), "COMPLETED") << out;
   std::smatch m;

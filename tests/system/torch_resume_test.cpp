@@ -34,11 +34,6 @@ std::set<std::string> digests(const std::string& out) {
   return captures(out, "rank [0-9]+: parameter sha256 ([0-9a-f]+)");
 }
 
-// The package and the interpreter with torch, for the job's steps.
-std::string exports() {
-  return "--export=ALL," + export_package() + "PYTHON=" + python();
-}
-
 // A job directory with train.py (the example) for the sbatch script.
 std::string job_dir(const std::string& name) {
   std::string dir = fresh_dir(name);
@@ -48,7 +43,7 @@ std::string job_dir(const std::string& name) {
 
 std::string submit(const std::string& dir, const std::string& sbatch_args) {
   return systest::submit(dir, source_dir() + "/examples/jobs/preemptible-pytorch.sbatch",
-                         exports() + " " + sbatch_args, kArgs);
+                         python_exports() + " " + sbatch_args, kArgs);
 }
 
 // The digest of the uninterrupted run, computed once for the suite.
@@ -73,15 +68,7 @@ TEST(TorchResumeSystem, ScancelSignalMidEpochRequeuesAndResumesBitIdentical) {
   const std::string ref = reference();
   std::string dir = job_dir("torch-resume-scancel");
   std::string id = submit(dir, "");
-  ASSERT_TRUE(poll_until(std::chrono::seconds(180), [&] {
-    return slurp(dir + "/out.txt").find("\nstep 100\n") != std::string::npos;
-  })) << slurp(dir + "/out.txt");
-  Result sig = run("scancel --signal=USR1 " + id);
-  ASSERT_EQ(sig.rc, 0) << sig.err;
-  release_after_requeue(id, dir, "stopped after step");
-  ASSERT_TRUE(poll_until(std::chrono::seconds(400), [&] {
-    return finished(id) && slurp(dir + "/out.txt").find("run 1 of job") != std::string::npos;
-  })) << slurp(dir + "/out.txt");
+  ASSERT_NO_FATAL_FAILURE(stop_requeue_and_rerun(id, dir, 100, "USR1", std::chrono::seconds(180)));
   std::string out = slurp(dir + "/out.txt");
   EXPECT_EQ(job_state(id), "COMPLETED") << out;
   std::smatch m;
@@ -165,16 +152,8 @@ TEST(TorchResumeSystem, TorchrunWorkersGetTheStopSignalRequeueAndResumeBitIdenti
          "srun $PYTHON -m torch.distributed.run --nproc_per_node 2 --redirects 2 --tee 2 "
          "train.py --checkpoint-dir=checkpoints --on-stop=requeue"
       << kArgs << "\n";
-  std::string id = systest::submit(dir, dir + "/torchrun.sbatch", exports(), "");
-  ASSERT_TRUE(poll_until(std::chrono::seconds(180), [&] {
-    return slurp(dir + "/out.txt").find("\nstep 100\n") != std::string::npos;
-  })) << slurp(dir + "/out.txt");
-  Result sent = run("scancel --signal=" + sig + " " + id);
-  ASSERT_EQ(sent.rc, 0) << sent.err;
-  release_after_requeue(id, dir, "stopped after step");
-  ASSERT_TRUE(poll_until(std::chrono::seconds(400), [&] {
-    return finished(id) && slurp(dir + "/out.txt").find("run 1 of job") != std::string::npos;
-  })) << slurp(dir + "/out.txt");
+  std::string id = systest::submit(dir, dir + "/torchrun.sbatch", python_exports(), "");
+  ASSERT_NO_FATAL_FAILURE(stop_requeue_and_rerun(id, dir, 100, sig, std::chrono::seconds(180)));
   std::string out = slurp(dir + "/out.txt");
   EXPECT_EQ(job_state(id), "COMPLETED") << out;
   const auto steps = captures(out, "rank [0-3]: stopped after step ([0-9]+) on SIG" + sig);
