@@ -22,6 +22,12 @@
 //   <dir>/step-<N>/COMPLETE        written by rank 0 once every rank's file is
 //                                   durable (after a barrier)
 //   <dir>/LATEST                   "step-<N>", replaced once COMPLETE is durable
+//   <dir>/RUN                      in a job's own directory (job_checkpoint_dir):
+//                                   the run it belongs to, claimed by the first
+//                                   save or load; another job's (the same id on
+//                                   another cluster, or handed out again) is
+//                                   refused, never resumed or pruned (Note [Run
+//                                   identity] in runtime/resume/run_record.h)
 //   Every file is written to a temporary name in the same directory, fsynced,
 //   renamed into place, and the directory fsynced: a crash at any point leaves
 //   either the previous checkpoint or the new one, never a partial one, and

@@ -574,6 +574,44 @@ def _agree_or_raise(error: Optional[Exception], rank: int, world: int, group: Op
     raise _core.Error(f"{what} failed on another rank: {why}")
 
 
+class _RunClaim:
+    """Note [Run identity] (runtime/resume/run_record.h): rank 0 claims a
+    per-job directory for this run, once, before the first save or load reads
+    or changes it; a directory of another job with the same id stops every
+    rank, saying whose it is."""
+
+    def __init__(self, directory: str, per_job: bool) -> None:
+        self.dir = directory
+        self.nonce = ""  # rank 0's, once claimed
+        self._done = not per_job
+
+    def ensure(self, rank: int, world: int, group: Optional[Any], what: str) -> None:
+        """Collective on the first call with a per-job directory."""
+        if self._done:
+            return
+        error: Optional[Exception] = None
+        if rank == 0:
+            try:
+                self.nonce = _core.claim_run(self.dir)
+            except _core.Error as e:
+                error = e
+        _agree_or_raise(error, rank, world, group, what)
+        self._done = True
+
+    def marker(self) -> str:
+        """The COMPLETE marker's field naming the run ("" without a claim)."""
+        return f" nonce={self.nonce}" if self.nonce else ""
+
+    def check(self, marker: Dict[str, str], sdir: str) -> None:
+        """Raises _core.Error (on rank 0, which holds the nonce) when the
+        checkpoint was completed by another run."""
+        theirs = marker.get("nonce")
+        if self.nonce and theirs not in (None, self.nonce):
+            raise _core.Error(f"checkpoint {sdir} was completed by another run (nonce {theirs}) "
+                              f"than the one {self.dir}/RUN records (nonce {self.nonce}): it is "
+                              f"not this job's")
+
+
 def _refusals(reason: str, rank: int, world: int, group: Optional[Any]) -> str:
     """Collective: "" when no rank has a reason, else the first ranks' reasons
     ("rank 1: ...; rank 3: ...; and 2 more ranks")."""
@@ -785,6 +823,7 @@ class Checkpointer:
         self.restart_count = restart_count()
         self._group_arg = group
         _core.make_private_dirs(self.dir)  # 0700 (Note [Planted files])
+        self._claim = _RunClaim(self.dir, per_job)
         if group is None and dist.is_available() and dist.is_initialized():
             _cpu_group(None)  # Note [The side group]: now, while every rank is here
 
@@ -798,6 +837,7 @@ class Checkpointer:
             raise _core.InvalidArgument(f"Checkpointer.save: step={step!r}; expected an "
                                         f"integer >= 0")
         rank, world, group = self._world()
+        self._claim.ensure(rank, world, group, "Checkpointer.save")
         sdir = os.path.join(self.dir, f"step-{step}")
         _core.make_private_dirs(sdir)
         if rank == 0:
@@ -831,7 +871,7 @@ class Checkpointer:
         if rank == 0:
             _core.write_atomic(sdir, "COMPLETE",
                                f"complete step={step} world={world} scope={self.scope} "
-                               f"run={self.run_id}\n")
+                               f"run={self.run_id}{self._claim.marker()}\n")
             _core.write_atomic(self.dir, "LATEST", f"step-{step}\n")
             _core.prune_checkpoints(self.dir, step, self.keep)
         dist.barrier(group=group)  # nobody goes on before the checkpoint is complete
@@ -886,6 +926,7 @@ class Checkpointer:
             raise _core.Error(f"checkpoint {sdir} belongs to run {marker['run']}, not to this "
                               f"run ({self.run_id}); per-job directories are not shared "
                               f"(per_job=False to continue another job's checkpoints)")
+        self._claim.check(marker, sdir)
         if marker.get("scope") not in (None, self.scope):
             raise _core.InvalidArgument(
                 f"Checkpointer: {sdir} was saved with scope={marker['scope']!r}, this "
@@ -917,6 +958,7 @@ class Checkpointer:
         and ``weights_only`` is the Checkpointer's (Note [Loading what was
         saved])."""
         rank, world, group = self._world()
+        self._claim.ensure(rank, world, group, "Checkpointer.load_latest")
         if map_location is None:
             map_location = _own_device_map()
         # the group spans every rank, so its rank 0 is the global one

@@ -46,6 +46,7 @@ import torch.distributed as dist
 from . import _core
 from .resume import (
     Resumed,
+    _RunClaim,
     _agree_or_raise,
     _broadcast_steps,
     _complete_marker,
@@ -129,6 +130,7 @@ class ShardedCheckpointer:
         self.restart_count = restart_count()
         self._group_arg = group
         _core.make_private_dirs(self.dir)  # 0700 (Note [Planted files])
+        self._claim = _RunClaim(self.dir, per_job)
         if group is None and dist.is_available() and dist.is_initialized():
             _cpu_group(None)  # Note [The side group]
 
@@ -142,6 +144,7 @@ class ShardedCheckpointer:
             raise _core.InvalidArgument(f"ShardedCheckpointer.save: step={step!r}; expected an "
                                         f"integer >= 0")
         rank, world, group = self._world()
+        self._claim.ensure(rank, world, group, "ShardedCheckpointer.save")
         sdir = os.path.join(self.dir, f"step-{step}")
         _core.make_private_dirs(sdir)
         if rank == 0:
@@ -165,7 +168,7 @@ class ShardedCheckpointer:
         if rank == 0:
             _core.write_atomic(sdir, "COMPLETE",
                                f"complete step={step} world={world} scope=sharded "
-                               f"run={self.run_id}\n")
+                               f"run={self.run_id}{self._claim.marker()}\n")
             _core.write_atomic(self.dir, "LATEST", f"step-{step}\n")
             _core.prune_checkpoints(self.dir, step, self.keep)
         dist.barrier(group=group)
@@ -196,6 +199,7 @@ class ShardedCheckpointer:
             raise _core.Error(f"checkpoint {sdir} belongs to run {marker.get('run')}, not to "
                               f"this run ({self.run_id}); per_job=False to continue another "
                               f"job's checkpoints")
+        self._claim.check(marker, sdir)
         path = os.path.join(sdir, f"rank-{rank}.json")
         try:
             with open(path, encoding="utf-8") as f:
@@ -227,6 +231,7 @@ class ShardedCheckpointer:
     def load_latest(self, state: Dict[str, Any]) -> Optional[Resumed]:
         """Loads the newest usable checkpoint into ``state`` (collective; see the class)."""
         rank, world, group = self._world()
+        self._claim.ensure(rank, world, group, "ShardedCheckpointer.load_latest")
         steps = _broadcast_steps(self.complete_steps() if rank == 0 else [], 0, group)
         refused: List[str] = []
         for step in steps:

@@ -18,6 +18,7 @@
 #include "resume/checkpoint_io.h"
 #include "resume/checkpoint_reader.h"
 #include "resume/checkpoint_writer.h"
+#include "resume/run_record.h"
 #include "slurmddp/checkpoint.h"
 #include "slurmddp/error.h"
 #include "slurmddp/requeue.h"
@@ -110,6 +111,12 @@ records the first signal and calls the handler installed before it.)doc")
       "The job scontrol requeue names: <array job>_<task> in an array task, else SLURM_JOB_ID.");
   m.def("job_checkpoint_dir", &job_checkpoint_dir, py::arg("base"),
         "base/job-<id> (job-<array id>_<task> in a job array; base/local outside Slurm).");
+  m.def(
+      "claim_run",
+      [](const std::string& dir) { return resume::claim_run(dir, resume::run_identity()); },
+      py::arg("dir"),
+      "Claims the per-job directory for this run, or raises Error saying whose it is; returns "
+      "the run's nonce (Note [Run identity] in runtime/resume/run_record.h).");
 
   m.def(
       "encode_checkpoint",

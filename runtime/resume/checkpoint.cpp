@@ -9,6 +9,7 @@
 #include "resume/checkpoint_io.h"
 #include "resume/checkpoint_reader.h"
 #include "resume/refusal.h"
+#include "resume/run_record.h"
 #include "slurmddp/error.h"
 
 namespace slurmddp {
@@ -18,6 +19,27 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* const kComponent = "checkpoint";
+
+// This job's own directory name under a base: "job-<id>" (Note [Run identity]).
+std::string job_dir_name() {
+  auto get = [](const char* n) -> std::string {
+    const char* v = std::getenv(n);
+    return v != nullptr ? v : "";
+  };
+  std::string array = get("SLURM_ARRAY_JOB_ID");
+  std::string task = get("SLURM_ARRAY_TASK_ID");
+  std::string job = get("SLURM_JOB_ID");
+  return !array.empty() && !task.empty() ? "job-" + array + "_" + task
+         : !job.empty()                  ? "job-" + job
+                                         : "local";
+}
+
+// Whether `dir` is this job's own directory, <base>/job_dir_name().
+bool is_job_dir(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename() == job_dir_name();
+}
 
 }  // namespace
 
@@ -33,12 +55,14 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     }
     resume::make_private_dirs(dir_);  // Note [Planted files]
     channel_ = comm::make_scalar_channel(*comm_);
+    claimed_ = !is_job_dir(dir_);
   }
 
   void save(int64_t step, const SamplerState& sampler, ByteView payload) {
     if (step < 0) {
       throw InvalidArgument("Checkpointer::save: step=" + std::to_string(step) + "; expected >= 0");
     }
+    claim();
     const int rank = comm_->rank();
     std::string sdir = dir_ + "/" + resume::step_dir_name(step);
     resume::make_private_dirs(sdir);
@@ -59,7 +83,8 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     if (rank == 0) {
       resume::write_atomic(sdir, "COMPLETE",
                            "complete step=" + std::to_string(step) +
-                               " world=" + std::to_string(comm_->size()) + "\n");
+                               " world=" + std::to_string(comm_->size()) +
+                               (nonce_.empty() ? "" : " nonce=" + nonce_) + "\n");
       resume::write_atomic(dir_, "LATEST", resume::step_dir_name(step) + "\n");
       resume::prune(dir_, step, options_.keep);
       SLURMDDP_LOG_INFO(kComponent, "saved step " << step << " in " << sdir);
@@ -68,6 +93,7 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
   }
 
   std::optional<Checkpoint> load() {
+    claim();
     const int rank = comm_->rank();
     int64_t mine = latest_complete();
     int64_t newest = channel_->max(mine);
@@ -83,8 +109,12 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
     std::string sdir = dir_ + "/" + resume::step_dir_name(mine);
     std::optional<Checkpoint> out;
     // any exception is this rank's reason, so that the agreement below runs
-    const std::string error =
-        resume::refusal_of([&] { out = read_step(sdir, mine, rank); }, rank, sdir);
+    const std::string error = resume::refusal_of(
+        [&] {
+          if (rank == 0) check_run(sdir);
+          out = read_step(sdir, mine, rank);
+        },
+        rank, sdir);
     // A damaged file on one rank stops every rank, naming the first such rank.
     int64_t failed = channel_->max(error.empty() ? 0 : rank + 1);
     if (!error.empty()) throw Error(error);
@@ -99,6 +129,36 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
   const std::string& dir() const { return dir_; }
 
  private:
+  // Note [Run identity]: rank 0 claims the job's own directory once, before
+  // the first save or load, and every rank hears when it is another job's.
+  void claim() {
+    if (claimed_) return;
+    claimed_ = true;
+    std::string error;
+    if (comm_->rank() == 0) {
+      error = resume::refusal_of([&] { nonce_ = resume::claim_run(dir_, resume::run_identity()); },
+                                 0, dir_);
+    }
+    int64_t failed = channel_->max(error.empty() ? 0 : 1);
+    if (!error.empty()) throw Error(error);
+    if (failed != 0) {
+      throw Error("checkpoint: rank 0 refused " + dir_ +
+                  " (see its error): it is not this job's; not saving or resuming");
+    }
+  }
+
+  // Throws when the checkpoint in `sdir` was completed by another run.
+  void check_run(const std::string& sdir) const {
+    if (nonce_.empty()) return;
+    auto marker = resume::read_file(sdir + "/COMPLETE");
+    std::string theirs = marker ? resume::record_value(" " + *marker, "nonce") : "";
+    if (!theirs.empty() && theirs != nonce_) {
+      throw Error("checkpoint " + sdir + " was completed by another run (nonce " + theirs +
+                  ") than the one " + dir_ + "/RUN records (nonce " + nonce_ +
+                  "): it is not this job's");
+    }
+  }
+
   // The step LATEST names when its COMPLETE marker exists; -1 otherwise.
   int64_t latest_complete() const {
     auto latest = resume::read_file(dir_ + "/LATEST");
@@ -163,6 +223,8 @@ class __attribute__((visibility("hidden"))) Checkpointer::Impl {
   std::string dir_;
   CheckpointOptions options_;
   std::unique_ptr<comm::ScalarChannel> channel_;
+  bool claimed_ = true;  // false until a job directory is claimed (Note [Run identity])
+  std::string nonce_;    // rank 0's, once claimed
 };
 
 Checkpointer::Checkpointer(std::shared_ptr<Communicator> comm, std::string dir,
@@ -183,17 +245,7 @@ const std::string& Checkpointer::dir() const {
 }
 
 std::string job_checkpoint_dir(const std::string& base) {
-  auto get = [](const char* n) -> std::string {
-    const char* v = std::getenv(n);
-    return v != nullptr ? v : "";
-  };
-  std::string array = get("SLURM_ARRAY_JOB_ID");
-  std::string task = get("SLURM_ARRAY_TASK_ID");
-  std::string job = get("SLURM_JOB_ID");
-  std::string name = !array.empty() && !task.empty() ? "job-" + array + "_" + task
-                     : !job.empty()                  ? "job-" + job
-                                                     : "local";
-  return base + "/" + name;
+  return base + "/" + job_dir_name();
 }
 
 }  // namespace slurmddp

@@ -38,9 +38,9 @@ void fsync_dir(const std::string& dir) {
   if (::fsync(fd.get()) != 0) fail_errno("fsync the directory", dir);
 }
 
-// 16 hex digits nobody can guess in advance (getrandom; the clock and a
-// counter where it has no entropy to give).
-std::string random_suffix() {
+}  // namespace
+
+std::string random_hex16() {
   static std::atomic<uint64_t> counter{0};
   uint64_t v = 0;
   if (::getrandom(&v, sizeof v, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof v)) {
@@ -53,8 +53,6 @@ std::string random_suffix() {
   std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
   return buf;
 }
-
-}  // namespace
 
 FileFd& FileFd::operator=(FileFd&& o) noexcept {
   if (this != &o) {
@@ -94,7 +92,7 @@ TempFile create_temp(const std::string& dir, const std::string& name) {
   for (int i = 0;; ++i) {
     TempFile t;
     t.path = prefix;
-    t.path += random_suffix();
+    t.path += random_hex16();
     t.fd = FileFd(::open(t.path.c_str(), kPrivateFileFlags, 0600));
     if (t.fd.get() >= 0) return t;
     if (errno != EEXIST || i + 1 == kTries) fail_errno("create", t.path);  // else another name
@@ -126,6 +124,24 @@ void commit_temp(TempFile temp, const std::string& dir, const std::string& name)
     throw;
   }
   fsync_dir(dir);
+}
+
+bool publish_new(TempFile temp, const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name;
+  bool made = false;
+  try {
+    if (::fsync(temp.fd.get()) != 0) fail_errno("fsync", temp.path);
+    if (::close(temp.fd.release()) != 0) fail_errno("close", temp.path);
+    // link(2), unlike rename(2), never replaces what is there
+    made = ::link(temp.path.c_str(), path.c_str()) == 0;
+    if (!made && errno != EEXIST) fail_errno("create", path);
+  } catch (...) {
+    ::unlink(temp.path.c_str());
+    throw;
+  }
+  ::unlink(temp.path.c_str());
+  fsync_dir(dir);
+  return made;
 }
 
 // Note [Checkpoint layout]: temporary name, fsync, rename, fsync the directory.

@@ -47,6 +47,14 @@ TempFile create_temp(const std::string& dir, const std::string& name);
 // <dir>/<name>, fsync `dir`. Removes the temporary file when a step fails.
 void commit_temp(TempFile temp, const std::string& dir, const std::string& name);
 
+// Like commit_temp, but never replaces an existing <dir>/<name>: returns
+// false (and removes `temp`) when one is there.
+bool publish_new(TempFile temp, const std::string& dir, const std::string& name);
+
+// 16 hex digits nobody can guess in advance (getrandom; the clock and a
+// counter where the kernel has no entropy to give yet).
+std::string random_hex16();
+
 // Writes all of [data, data + n) to fd; throws Error naming `path`.
 void write_all(int fd, const char* data, size_t n, const std::string& path);
 

@@ -200,8 +200,12 @@ def main():
                     self.w.commit()
             slurmddp._core.CheckpointWriter = DyingWriter
         ckpt = slurmddp.Checkpointer(directory, scope=sys.argv[4], per_job=per_job)
-        for step in map(int, sys.argv[5:]):
-            ckpt.save(step, {"rank": rank, "step": step}, sampler=Position(world, rank, step))
+        try:
+            for step in map(int, sys.argv[5:]):
+                ckpt.save(step, {"rank": rank, "step": step}, sampler=Position(world, rank, step))
+        except slurmddp.Error as e:
+            print(f"rank {rank} error: {e}", flush=True)
+            sys.exit(3)
         print(f"rank {rank} saved", flush=True)
     elif mode == "loader":
         loader(rank, world, directory, *map(int, sys.argv[4:7]))

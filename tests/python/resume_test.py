@@ -255,8 +255,46 @@ class Checkpoints(unittest.TestCase):
             out = run(2, "load", "slurmddp", tmp, "rank0", PER_JOB=1, SLURM_JOB_ID="99")
             for r, (code, o, e) in out.items():
                 self.assertEqual(code, 3, o + e)
+            self.assertIn(f"checkpoint: {tmp}/job-99 belongs to job 1234, not to this job 99",
+                          out[0][1])
+            self.assertIn("Checkpointer.load_latest failed on another rank: rank 0: checkpoint: "
+                          f"{tmp}/job-99 belongs to job 1234", out[1][1])
+            # without its record, the checkpoint itself names its run
+            os.unlink(os.path.join(tmp, "job-99", "RUN"))
+            out = run(2, "load", "slurmddp", tmp, "rank0", PER_JOB=1, SLURM_JOB_ID="99",
+                      SLURM_RESTART_COUNT="1")
+            for r, (code, o, e) in out.items():
+                self.assertEqual(code, 3, o + e)
                 self.assertIn(f"checkpoint {tmp}/job-99/step-4 belongs to run 1234, not to this "
                               f"run (99)", o)
+
+    def test_a_job_id_handed_out_again_does_not_resume_or_prune_the_old_jobs_checkpoints(self):
+        # Note [Run identity]: the same job id, cluster and directory; another start
+        job = dict(PER_JOB=1, SLURM_JOB_ID="1234", SLURM_CLUSTER_NAME="north")
+        with tempfile.TemporaryDirectory() as tmp:
+            run(2, "save", "slurmddp", tmp, "rank0", 4, SLURM_JOB_START_TIME="1000", **job)
+            ckdir = os.path.join(tmp, "job-1234")
+            for mode, args in (("load", ()), ("save", (5,))):
+                out = run(2, mode, "slurmddp", tmp, "rank0", *args, SLURM_JOB_START_TIME="2000",
+                          **job)
+                for r, (code, o, e) in out.items():
+                    self.assertEqual(code, 3, o + e)
+                self.assertIn(f"checkpoint: {ckdir} belongs to another job 1234 of cluster north, "
+                              f"which started at 1970-01-01 00:16:40 UTC (1000); this job started "
+                              f"at 1970-01-01 00:33:20 UTC (2000) and was never requeued",
+                              out[0][1])
+                self.assertIn("failed on another rank: rank 0: checkpoint: ", out[1][1])
+                self.assertEqual(sorted(os.listdir(ckdir)), ["LATEST", "RUN", "step-4"])
+            # the old job's requeued run resumes it and keeps saving there
+            out = run(2, "load", "slurmddp", tmp, "rank0", SLURM_JOB_START_TIME="3000",
+                      SLURM_RESTART_COUNT="1", **job)
+            self.assertEqual(self.loaded(out), {0: "rank 0 loaded 4 state=0,4 position=4",
+                                                1: "rank 1 loaded 4 state=0,4 position=4"})
+            with open(os.path.join(ckdir, "RUN")) as f:
+                nonce = re.fullmatch(r"run cluster=north job=1234 started=1000 nonce=([0-9a-f]{16})\n",
+                                     f.read()).group(1)
+            with open(os.path.join(ckdir, "step-4", "COMPLETE")) as f:
+                self.assertTrue(f.read().endswith(f" run=1234 nonce={nonce}\n"))
 
 
 class Errors(unittest.TestCase):

@@ -44,7 +44,7 @@ def main():
     directory = sys.argv[2]
     dist.init_process_group("gloo", init_method="slurmddp://", timeout=timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
-    ckpt = slurmddp.ShardedCheckpointer(directory, per_job=False)
+    ckpt = slurmddp.ShardedCheckpointer(directory, per_job=os.environ.get("PER_JOB") == "1")
     if mode == "save":
         kill_at = os.environ.get("KILL_AT")
         for step in map(int, sys.argv[3:]):

@@ -86,6 +86,19 @@ class Sharded(unittest.TestCase):
             out = run(2, "load", tmp)
             self.assertEqual(loaded(out), {r: expect(3, r) for r in range(2)})
 
+    def test_a_job_id_handed_out_again_does_not_resume_the_old_jobs_shards(self):
+        # Note [Run identity]; ShardedCheckpointer claims the directory as Checkpointer does
+        job = dict(PER_JOB="1", SLURM_JOB_ID="77", SLURM_CLUSTER_NAME="north")
+        with tempfile.TemporaryDirectory() as tmp:
+            run(2, "save", tmp, 3, SLURM_JOB_START_TIME="1000", **job)
+            out = run(2, "load", tmp, SLURM_JOB_START_TIME="2000", **job)
+            self.assertIn(f"checkpoint: {tmp}/job-77 belongs to another job 77 of cluster north, "
+                          f"which started at 1970-01-01 00:16:40 UTC (1000)", out[0][1])
+            self.assertIn("ShardedCheckpointer.load_latest failed on another rank: rank 0:",
+                          out[1][1])
+            out = run(2, "load", tmp, SLURM_JOB_START_TIME="2000", SLURM_RESTART_COUNT="1", **job)
+            self.assertEqual(loaded(out), {r: expect(3, r) for r in range(2)})
+
 
 class OlderTorch(unittest.TestCase):
     def test_an_older_torch_is_told_what_it_lacks(self):

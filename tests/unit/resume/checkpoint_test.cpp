@@ -20,8 +20,10 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-// Runs body(rank) on `world` threads, each with its communicator of one group.
-void on_ranks(int world, const std::function<void(std::shared_ptr<Communicator>, int)>& body) {
+// Runs body(rank) on `world` threads, each with its communicator of one
+// group; returns what each rank threw ("" for none).
+std::vector<std::string> errors_on_ranks(
+    int world, const std::function<void(std::shared_ptr<Communicator>, int)>& body) {
   auto group = std::make_shared<testing::FakeGroup>(world);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(static_cast<size_t>(world));
@@ -35,6 +37,12 @@ void on_ranks(int world, const std::function<void(std::shared_ptr<Communicator>,
     });
   }
   for (auto& t : threads) t.join();
+  return errors;
+}
+
+// The same, expecting no rank to throw.
+void on_ranks(int world, const std::function<void(std::shared_ptr<Communicator>, int)>& body) {
+  std::vector<std::string> errors = errors_on_ranks(world, body);
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
 }
 
@@ -268,6 +276,47 @@ TEST(JobCheckpointDir, OnePerJobAndArrayTask) {
   unsetenv("SLURM_ARRAY_TASK_ID");
   unsetenv("SLURM_JOB_ID");
   EXPECT_EQ(job_checkpoint_dir("/c"), "/c/local");
+}
+
+// Note [Run identity]: a job's own directory left by another job with the same
+// id is refused on every rank, and the job's own requeued run resumes.
+TEST(Checkpointer, AJobsDirectoryLeftByAnotherJobWithItsIdIsRefusedOnEveryRank) {
+  const std::string base = fresh("run");
+  setenv("SLURM_CLUSTER_NAME", "north", 1);
+  setenv("SLURM_JOB_ID", "4321", 1);
+  setenv("SLURM_JOB_START_TIME", "1000", 1);
+  unsetenv("SLURM_RESTART_COUNT");
+  const std::string dir = job_checkpoint_dir(base);
+  on_ranks(2, [&](std::shared_ptr<Communicator> comm, int rank) {
+    Checkpointer(comm, dir).save(5, sampler_of(rank, 5), std::string("old job's state"));
+  });
+  // the cluster hands 4321 out again: a new job, never requeued
+  setenv("SLURM_JOB_START_TIME", "2000", 1);
+  auto load = [&](std::shared_ptr<Communicator> comm, int) { Checkpointer(comm, dir).load(); };
+  std::vector<std::string> errors = errors_on_ranks(2, load);
+  EXPECT_THAT(errors[0], HasSubstr(dir + " belongs to another job 4321 of cluster north, which "
+                                         "started at 1970-01-01 00:16:40 UTC (1000)"));
+  EXPECT_THAT(errors[1], HasSubstr("rank 0 refused " + dir + " (see its error)"));
+  // the directory is the old job's, untouched
+  EXPECT_TRUE(fs::exists(dir + "/step-5/COMPLETE"));
+  // the old job's own requeued run resumes it
+  setenv("SLURM_RESTART_COUNT", "1", 1);
+  on_ranks(2, [&](std::shared_ptr<Communicator> comm, int rank) {
+    auto got = Checkpointer(comm, dir).load();
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->step, 5);
+    EXPECT_EQ(got->sampler, sampler_of(rank, 5));
+  });
+  // a checkpoint another run completed (its nonce) is refused
+  std::ofstream(dir + "/step-5/COMPLETE") << "complete step=5 world=2 nonce=0123456789abcdef\n";
+  errors = errors_on_ranks(2, load);
+  EXPECT_THAT(errors[0], HasSubstr(dir + "/step-5 was completed by another run (nonce "
+                                         "0123456789abcdef)"));
+  EXPECT_THAT(errors[1], HasSubstr("rank 0 could not load " + dir + "/step-5"));
+  for (const char* v :
+       {"SLURM_CLUSTER_NAME", "SLURM_JOB_ID", "SLURM_JOB_START_TIME", "SLURM_RESTART_COUNT"}) {
+    unsetenv(v);
+  }
 }
 
 }  // namespace
