@@ -70,15 +70,17 @@ ThreadPlan plan_threads(const ThreadFacts& f) {
   const auto env_value = positive(f.env_cpus_per_task);
   choose_count(f, env_value, p);
 
-  // The job's --cpus-per-task that srun no longer passes on (Slurm >= 22.05).
+  // The job's --cpus-per-task that srun does not pass on (Slurm 22.05 to 23.02;
+  // 23.11 reads SLURM_CPUS_PER_TASK again).
   const auto step = nonzero(f.step_cpus_per_task);
   const bool srun_set = f.srun_cpus_per_task && !f.srun_cpus_per_task->empty();
   if (env_value && step && *env_value > *step && !srun_set) {
     const std::string n = std::to_string(*env_value);
-    p.warning = "SLURM_CPUS_PER_TASK=" + n +
-                " (the job's --cpus-per-task) but this step gave each task " + cpus(*step) +
-                ": since Slurm 22.05 srun does not inherit it; use srun --cpus-per-task=" + n +
-                " or export SRUN_CPUS_PER_TASK=" + n;
+    p.warning =
+        "SLURM_CPUS_PER_TASK=" + n + " (the job's --cpus-per-task) but this step gave each task " +
+        cpus(*step) +
+        ": in Slurm 22.05 to 23.02 srun does not inherit it; use srun --cpus-per-task=" + n +
+        " or export SRUN_CPUS_PER_TASK=" + n;
   }
 
   if (p.threads == 0) return p;

@@ -15,9 +15,10 @@
 //     whole node) shares the CPUs it sees (its mask, else the node's) with the
 //     other tasks of the step on the node: max(1, CPUs / local tasks);
 //   - never 0 when anything is known; 0 (export nothing) when nothing is.
-//   The job's --cpus-per-task lost by srun: since Slurm 22.05 an srun inside
-//   `sbatch --cpus-per-task=N` no longer inherits N (each task gets 1 CPU
-//   unless SRUN_CPUS_PER_TASK is set or srun is given --cpus-per-task), but
+//   The job's --cpus-per-task lost by srun: in Slurm 22.05 to 23.02 an srun
+//   inside `sbatch --cpus-per-task=N` does not inherit N (each task gets 1 CPU
+//   unless SRUN_CPUS_PER_TASK is set or srun is given --cpus-per-task; 23.11
+//   reads SLURM_CPUS_PER_TASK again), but
 //   SLURM_CPUS_PER_TASK=N of the batch job still reaches the tasks. When it is
 //   a number larger than the step's value and SRUN_CPUS_PER_TASK is unset, the
 //   plan carries a one-line warning naming both values and the two fixes; the

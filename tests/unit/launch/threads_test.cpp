@@ -176,10 +176,10 @@ TEST(Threads, LostCpusPerTaskWarns) {
   EXPECT_EQ(p.source, "step: 1 CPU per task");
   EXPECT_EQ(p.warning,
             "SLURM_CPUS_PER_TASK=8 (the job's --cpus-per-task) but this step gave each task 1 "
-            "CPU: since Slurm 22.05 srun does not inherit it; use srun --cpus-per-task=8 or "
+            "CPU: in Slurm 22.05 to 23.02 srun does not inherit it; use srun --cpus-per-task=8 or "
             "export SRUN_CPUS_PER_TASK=8");
   f.step_cpus_per_task = 2;
-  EXPECT_THAT(plan_threads(f).warning, HasSubstr("gave each task 2 CPUs: since"));
+  EXPECT_THAT(plan_threads(f).warning, HasSubstr("gave each task 2 CPUs: in Slurm 22.05 to 23.02"));
   EXPECT_EQ(plan_threads(f).threads, 1u);  // still capped by the mask
 }
 
