@@ -38,8 +38,9 @@ bool all_digits(const std::string& v) {
 
 // "2026-12-06 21:40:17 UTC (1796593217)", or the value as it is when it is no time.
 std::string when(const std::string& started) {
-  if (!all_digits(started) || started.size() > 18)
+  if (!all_digits(started) || started.size() > 18) {
     return started.empty() ? "an unknown time" : started;
+  }
   std::time_t t = static_cast<std::time_t>(std::strtoll(started.c_str(), nullptr, 10));
   std::tm tm{};
   char buf[32];
@@ -147,15 +148,20 @@ std::string claim_run(const std::string& dir, const RunIdentity& self) {
       throw Error("checkpoint: failed to read " + path + ": " + std::strerror(errno));
     }
     if (self.restarts == 0 && has_complete_step(dir)) {
-      throw Error("checkpoint: " + dir + " holds checkpoints but no record of their run (" +
-                  kRecord + "), and this " + job_name(self.job, self.cluster) +
-                  " was never requeued (SLURM_RESTART_COUNT unset), so they are not its own: "
-                  "another job with the same id left them. Move " +
-                  dir +
-                  " away to start this job afresh, or, to continue that run on purpose, pass "
-                  "the directory itself (Python: Checkpointer(dir, per_job=False))");
+      std::string why = "checkpoint: " + dir;
+      why += " holds checkpoints but no record of their run (";
+      why += kRecord;
+      why += "), and this " + job_name(self.job, self.cluster);
+      why +=
+          " was never requeued (SLURM_RESTART_COUNT unset), so they are not its own: another "
+          "job with the same id left them. Move ";
+      why += dir;
+      why +=
+          " away to start this job afresh, or, to continue that run on purpose, pass the "
+          "directory itself (Python: Checkpointer(dir, per_job=False))";
+      throw Error(why);
     }
-    const std::string nonce = random_hex16();
+    std::string nonce = random_hex16();
     const std::string record = "run cluster=" + word(self.cluster) + " job=" + word(self.job) +
                                " started=" + word(self.started) + " nonce=" + nonce + "\n";
     TempFile temp = create_temp(dir, kRecord);
