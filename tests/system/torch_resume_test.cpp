@@ -14,6 +14,9 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "batch_jobs.h"
 #include "cluster.h"
@@ -211,6 +214,56 @@ TEST(TorchResumeSystem, AKilledRankAndADamagedCheckpointFallBackToTheLastGoodOne
                         ": rank 1: checkpoint " + victim + " is damaged: checksum mismatch"));
   EXPECT_THAT(flipped, ContainsRegex("resumed from checkpoints/job-[0-9]+/step-100 at step 100 "));
   EXPECT_EQ(digests(flipped), want) << flipped;
+}
+
+// The docs' five lines over a DataLoader with 2 workers that prefetch
+// (tests/python/resume_rank.py "loader"; the same case runs on loopback in
+// tests/python/resume_test.py) as a batch job on two nodes: rank 1 signals
+// itself before step 7, every rank stops after step 8 mid-epoch, checkpoints,
+// requeues; the second run resumes at sample 32 of the epoch and trains on
+// exactly the samples of an uninterrupted job, ending with its parameters.
+TEST(TorchResumeSystem, TheDocsLinesWithTwoLoaderWorkersResumeExactlyAcrossARequeue) {
+  REQUIRE_CLUSTER();
+  auto job = [](const std::string& name, int signal_at) {
+    std::string dir = fresh_dir(name);
+    std::ofstream(dir + "/loader.sbatch")
+        << "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1 --requeue --open-mode=append\n"
+           "echo \"run ${SLURM_RESTART_COUNT:-0} of job $SLURM_JOB_ID\"\n"
+           "srun $PYTHON "
+        << source_dir() << "/tests/python/resume_rank.py loader slurmddp ck 20 " << signal_at
+        << " 2\n";
+    return std::make_pair(dir, systest::submit(dir, "loader.sbatch", python_exports(), ""));
+  };
+  const auto [ref_dir, ref_id] = job("torch-resume-loader-reference", 0);
+  const auto [dir, id] = job("torch-resume-loader", 7);
+  release_after_requeue(id, dir, "stopped at 8");
+  ASSERT_TRUE(poll_until(std::chrono::seconds(300), [&, id = id, ref_id = ref_id] {
+    return finished(id) && finished(ref_id);
+  }));
+  const std::string ref = slurp(ref_dir + "/out.txt");
+  const std::string out = slurp(dir + "/out.txt");
+  EXPECT_EQ(job_state(ref_id), "COMPLETED") << ref;
+  EXPECT_EQ(job_state(id), "COMPLETED") << out;
+  EXPECT_THAT(out, HasSubstr("run 1 of job " + id));
+  auto lines = [](const std::string& text, const std::string& prefix) {
+    std::vector<std::string> got;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(prefix, 0) == 0) got.push_back(line);
+    }
+    return got;
+  };
+  for (int r = 0; r < 2; ++r) {
+    const std::string rank = "rank " + std::to_string(r);
+    EXPECT_THAT(out, HasSubstr(rank + " stopped at 8\n"));
+    EXPECT_THAT(out, HasSubstr(rank + " resumed at 8 epoch 0 position 32\n"));
+    const auto trained = lines(out, rank + " samples ");
+    EXPECT_EQ(trained.size(), 20u) << out;
+    EXPECT_EQ(trained, lines(ref, rank + " samples ")) << out << ref;
+    const auto sums = lines(out, rank + " sha256 ");
+    EXPECT_EQ(sums.size(), 1u) << out;
+    EXPECT_EQ(sums, lines(ref, rank + " sha256 ")) << out << ref;
+  }
 }
 
 }  // namespace
