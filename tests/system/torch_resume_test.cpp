@@ -266,6 +266,73 @@ TEST(TorchResumeSystem, TheDocsLinesWithTwoLoaderWorkersResumeExactlyAcrossARequ
   }
 }
 
+// The package's other preemption cases (tests/python/resume_test.py and
+// sharded_test.py run them on loopback) as steps of one job on two nodes of
+// two tasks: a signal handler that another library installs after
+// StopSignal() still sees the stop; a step saved again with a rank killed in
+// its write leaves the previous checkpoint, which loads on every rank; and
+// torch.distributed.checkpoint state, a DTensor sharded over the four ranks,
+// saved and loaded back (on a torch without it, the error that says so).
+TEST(TorchResumeSystem, ALateHandlerAKilledResaveAndShardedStateAsStepsOfAJob) {
+  REQUIRE_CLUSTER();
+  std::string dir = fresh_dir("torch-resume-package-cases");
+  const std::string rank = source_dir() + "/tests/python/resume_rank.py";
+  const std::string sharded = source_dir() + "/tests/python/sharded_rank.py";
+  Result r = in_one_job(
+      dir, "export " + with_package() + "PYTHON=" + python() + "\nR=" + rank + "\nS=" + sharded +
+               "\n"
+               "srun $PYTHON $R late slurmddp late > late.out 2> late.err; echo \"late=$?\"\n"
+               "srun $PYTHON $R save slurmddp resave rank0 3 6 > save.out 2>&1\n"
+               "echo \"save=$?\"\n"
+               "KILL_AT=6 srun $PYTHON $R save slurmddp resave rank0 6 > killed.out 2>&1\n"
+               "echo \"killed=$?\"\n"
+               "srun $PYTHON $R load slurmddp resave rank0 > load.out 2>&1; echo \"load=$?\"\n"
+               "if $PYTHON -c 'import torch.distributed.checkpoint, torch.distributed.tensor' "
+               "2>/dev/null; then\n"
+               "  srun $PYTHON $S save dcp 3 6 > dsave.out 2>&1; echo \"dsave=$?\"\n"
+               "  srun $PYTHON $S load dcp > dload.out 2>&1; echo \"dload=$?\"\n"
+               "else\n"
+               "  $PYTHON $S old > old.out 2>&1; echo \"old=$?\"\n"
+               "fi\n");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+
+  EXPECT_THAT(r.out, HasSubstr("late=0"));
+  const std::string late = slurp(dir + "/late.out");
+  for (int k = 0; k < 4; ++k) {
+    // check 2 carries rank 0's signal, check 3 reads it
+    EXPECT_THAT(late, HasSubstr("rank " + std::to_string(k) +
+                                " stopped at 3 on SIGUSR1; later handler called " +
+                                (k == 0 ? "1" : "0") + " times"));
+  }
+  EXPECT_THAT(slurp(dir + "/late.err"),
+              HasSubstr("a handler for SIGUSR1 was installed after StopSignal()"));
+
+  EXPECT_THAT(r.out, HasSubstr("save=0"));
+  EXPECT_THAT(r.out, ContainsRegex("killed=[1-9]"));
+  EXPECT_FALSE(fs::exists(dir + "/resave/step-6/COMPLETE"));
+  EXPECT_THAT(r.out, HasSubstr("load=0"));
+  const std::string load = slurp(dir + "/load.out");
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_THAT(load, HasSubstr("rank " + std::to_string(k) + " loaded 3 state=0,3 position=3"));
+  }
+
+  if (r.out.find("old=") != std::string::npos) {
+    EXPECT_THAT(slurp(dir + "/old.out"), HasSubstr("torch >= 2.2"));
+    return;
+  }
+  EXPECT_THAT(r.out, HasSubstr("dsave=0"));
+  EXPECT_THAT(r.out, HasSubstr("dload=0"));
+  const std::string dload = slurp(dir + "/dload.out");
+  // 8x4 rows 0..31 + 6000 sharded by rows: 2 rows a rank
+  for (int k = 0; k < 4; ++k) {
+    int mine = 0;
+    for (int v = 8 * k; v < 8 * k + 8; ++v) mine += v;
+    EXPECT_THAT(dload, HasSubstr("rank " + std::to_string(k) +
+                                 " loaded 6 full=" + std::to_string(496 + 32 * 6000) + " mine=" +
+                                 std::to_string(mine + 8 * 6000) + " plain=18 position=6"));
+  }
+}
+
 }  // namespace
 }  // namespace slurmddp::systest
 
