@@ -2,7 +2,7 @@
 """checkpoint_bench.py: what slurmddp.Checkpointer's save and load cost beside
 plain torch.save/torch.load to a file, in time and in peak memory.
 
-What it measures: one rank (world size 1, torch's Gloo group on loopback)
+What it measures: one rank (world size 1, torch's Gloo group over a file store)
 saving and loading a state of --bytes bytes: a dict of --tensors float32 CPU
 tensors of equal size. Each operation runs in a process of its own, so that
 its peak resident set (ru_maxrss from wait4) is its own; it includes the state
@@ -44,7 +44,6 @@ import argparse
 import io
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -78,7 +77,10 @@ def child(args):
     impl, op, where = args.child
     ckpt = None
     if impl == "slurmddp":
-        dist.init_process_group("gloo", init_method="env://")
+        # a file store: a port chosen beforehand could be taken by then
+        store = tempfile.mkdtemp(prefix=".store-", dir=where)
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(store, "s"),
+                                rank=0, world_size=1)
         ckpt = slurmddp.Checkpointer(where, per_job=False, keep=1, weights_only=False)
     state = state_of(args.bytes, args.tensors) if op == "save" else None
     t0 = time.perf_counter()
@@ -112,17 +114,10 @@ def child(args):
     print(f"{seconds:.6f}", flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_child(args, impl, op, where):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM", "SLURMDDP_", "PMIX", "TORCHELASTIC"))}
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
-               LOCAL_RANK="0", GLOO_SOCKET_IFNAME="lo", USE_LIBUV="0")
+    env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", GLOO_SOCKET_IFNAME="lo")
     p = subprocess.Popen([sys.executable, __file__, "--bytes", str(args.bytes), "--tensors",
                           str(args.tensors), "--child", impl, op, where],
                          env=env, stdout=subprocess.PIPE, text=True)
