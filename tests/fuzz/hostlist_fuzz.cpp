@@ -55,6 +55,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     plain += (plain.empty() ? "" : ",") + h;
   }
   FUZZ_CHECK(launch::first_host("SLURM_STEP_NODELIST", expr) == hosts.front(), hosts.front());
+  // The plain listing of a short expression can be longer than any value may
+  // be (kMaxHostlistBytes): that one is refused, as it must be.
+  if (plain.size() > launch::kMaxHostlistBytes) {
+    try {
+      launch::expand_hostlist("SLURM_STEP_NODELIST", plain, kMaxHosts);
+      FUZZ_CHECK(false, "a listing of " + std::to_string(plain.size()) + " bytes was accepted");
+    } catch (const launch::LaunchError&) {
+    }
+    return 0;
+  }
   FUZZ_CHECK(launch::expand_hostlist("SLURM_STEP_NODELIST", plain, kMaxHosts) == hosts, plain);
   return 0;
 }
