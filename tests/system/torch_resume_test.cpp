@@ -33,8 +33,11 @@ using ::testing::Not;
 // a stop signal mid-run.
 const char* const kArgs = " --epochs 4 --batch-size 32 --log-every 50 --deterministic";
 
+// The 16 hex digits train.py prints: under torchrun, whose --tee copies the
+// workers' output in chunks, another line may follow a digest without a
+// line break.
 std::set<std::string> digests(const std::string& out) {
-  return captures(out, "rank [0-9]+: parameter sha256 ([0-9a-f]+)");
+  return captures(out, "rank [0-9]+: parameter sha256 ([0-9a-f]{16})");
 }
 
 // A job directory with train.py (the example) for the sbatch script.
