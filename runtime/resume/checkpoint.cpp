@@ -22,16 +22,8 @@ const char* const kComponent = "checkpoint";
 
 // This job's own directory name under a base: "job-<id>" (Note [Run identity]).
 std::string job_dir_name() {
-  auto get = [](const char* n) -> std::string {
-    const char* v = std::getenv(n);
-    return v != nullptr ? v : "";
-  };
-  std::string array = get("SLURM_ARRAY_JOB_ID");
-  std::string task = get("SLURM_ARRAY_TASK_ID");
-  std::string job = get("SLURM_JOB_ID");
-  return !array.empty() && !task.empty() ? "job-" + array + "_" + task
-         : !job.empty()                  ? "job-" + job
-                                         : "local";
+  const std::string job = resume::job_id();
+  return job.empty() ? "local" : "job-" + job;
 }
 
 // Whether `dir` is this job's own directory, <base>/job_dir_name().

@@ -113,39 +113,44 @@ void write_all(int fd, const char* data, size_t n, const std::string& path) {
   }
 }
 
-void commit_temp(TempFile temp, const std::string& dir, const std::string& name) {
+namespace {
+
+// The last steps of every write: fsync and close `temp`, then put it at
+// <dir>/<name> (rename(2), or link(2), which never replaces what is there,
+// when `replace` is false: then false when something is there), then fsync
+// `dir`. The temporary file is removed when a step fails.
+bool place(TempFile temp, const std::string& dir, const std::string& name, bool replace) {
   const std::string path = dir + "/" + name;
+  bool placed = true;
   try {
     if (::fsync(temp.fd.get()) != 0) fail_errno("fsync", temp.path);
     if (::close(temp.fd.release()) != 0) fail_errno("close", temp.path);
-    if (::rename(temp.path.c_str(), path.c_str()) != 0) fail_errno("rename into place", path);
+    if (replace) {
+      if (::rename(temp.path.c_str(), path.c_str()) != 0) fail_errno("rename into place", path);
+    } else {
+      placed = ::link(temp.path.c_str(), path.c_str()) == 0;
+      if (!placed && errno != EEXIST) fail_errno("create", path);
+    }
   } catch (...) {
     ::unlink(temp.path.c_str());
     throw;
   }
+  if (!replace) ::unlink(temp.path.c_str());
   fsync_dir(dir);
+  return placed;
+}
+
+}  // namespace
+
+void commit_temp(TempFile temp, const std::string& dir, const std::string& name) {
+  place(std::move(temp), dir, name, true);
 }
 
 bool publish_new(TempFile temp, const std::string& dir, const std::string& name) {
-  const std::string path = dir + "/" + name;
-  bool made = false;
-  try {
-    if (::fsync(temp.fd.get()) != 0) fail_errno("fsync", temp.path);
-    if (::close(temp.fd.release()) != 0) fail_errno("close", temp.path);
-    // link(2), unlike rename(2), never replaces what is there
-    made = ::link(temp.path.c_str(), path.c_str()) == 0;
-    if (!made && errno != EEXIST) fail_errno("create", path);
-  } catch (...) {
-    ::unlink(temp.path.c_str());
-    throw;
-  }
-  ::unlink(temp.path.c_str());
-  fsync_dir(dir);
-  return made;
+  return place(std::move(temp), dir, name, false);
 }
 
-// Note [Checkpoint layout]: temporary name, fsync, rename, fsync the directory.
-void write_atomic(const std::string& dir, const std::string& name, const std::string& bytes) {
+TempFile write_temp(const std::string& dir, const std::string& name, const std::string& bytes) {
   TempFile temp = create_temp(dir, name);
   try {
     write_all(temp.fd.get(), bytes.data(), bytes.size(), temp.path);
@@ -153,7 +158,12 @@ void write_atomic(const std::string& dir, const std::string& name, const std::st
     ::unlink(temp.path.c_str());
     throw;
   }
-  commit_temp(std::move(temp), dir, name);
+  return temp;
+}
+
+// Note [Checkpoint layout]: temporary name, fsync, rename, fsync the directory.
+void write_atomic(const std::string& dir, const std::string& name, const std::string& bytes) {
+  commit_temp(write_temp(dir, name, bytes), dir, name);
 }
 
 void make_private_dirs(const std::string& path) {

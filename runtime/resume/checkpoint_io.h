@@ -58,7 +58,11 @@ std::string random_hex16();
 // Writes all of [data, data + n) to fd; throws Error naming `path`.
 void write_all(int fd, const char* data, size_t n, const std::string& path);
 
-// Writes `bytes` to <dir>/<name> through create_temp and commit_temp.
+// A new temporary file for <dir>/<name> (create_temp) holding `bytes`; removed
+// again when the write fails.
+TempFile write_temp(const std::string& dir, const std::string& name, const std::string& bytes);
+
+// Writes `bytes` to <dir>/<name> through write_temp and commit_temp.
 void write_atomic(const std::string& dir, const std::string& name, const std::string& bytes);
 
 // Creates `path` and its missing parents with mode 0700 (Note [Planted

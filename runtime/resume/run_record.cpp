@@ -1,7 +1,5 @@
 #include "resume/run_record.h"
 
-#include <unistd.h>
-
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -17,6 +15,11 @@ namespace slurmddp::resume {
 namespace {
 
 const char* const kRecord = "RUN";
+
+std::string env_value(const Getenv& getenv, const char* name) {
+  const char* v = getenv ? getenv(name) : std::getenv(name);
+  return v != nullptr ? v : "";
+}
 
 // A value as the record holds it: one word (Slurm's names have no blanks;
 // anything else is kept apart from the record's syntax).
@@ -67,6 +70,13 @@ bool has_complete_step(const std::string& dir) {
   return false;
 }
 
+// The way out of a refused directory, said by every refusal.
+std::string what_to_do(const std::string& dir) {
+  return "Move " + dir +
+         " away to start this job afresh, or, to continue that run on purpose, pass the "
+         "directory itself (Python: Checkpointer(dir, per_job=False))";
+}
+
 // Why `dir`, holding the record `line`, is not `self`'s; "" when it is.
 std::string foreign(const std::string& dir, const std::string& line, const RunIdentity& self) {
   const std::string cluster = record_value(line, "cluster");
@@ -74,9 +84,7 @@ std::string foreign(const std::string& dir, const std::string& line, const RunId
   const std::string started = record_value(line, "started");
   const std::string theirs = job_name(job, cluster);
   const std::string ours = job_name(word(self.job), word(self.cluster));
-  const std::string advice = ". Move " + dir +
-                             " away to start this job afresh, or, to continue that run on purpose, "
-                             "pass the directory itself (Python: Checkpointer(dir, per_job=False))";
+  const std::string advice = ". " + what_to_do(dir);
   if (record_value(line, "nonce").empty() || line.rfind("run ", 0) != 0) {
     return "checkpoint: " + dir + "/" + kRecord + " is damaged: it holds '" + line +
            "', expected 'run cluster=... job=... started=... nonce=...'" + advice;
@@ -109,16 +117,17 @@ std::string record_value(const std::string& line, const std::string& key) {
   return line.substr(at, end == std::string::npos ? std::string::npos : end - at);
 }
 
-RunIdentity run_identity(const std::function<const char*(const char*)>& getenv) {
-  auto get = [&](const char* name) -> std::string {
-    const char* v = getenv ? getenv(name) : std::getenv(name);
-    return v != nullptr ? v : "";
-  };
+std::string job_id(const Getenv& getenv) {
+  const std::string array = env_value(getenv, "SLURM_ARRAY_JOB_ID");
+  const std::string task = env_value(getenv, "SLURM_ARRAY_TASK_ID");
+  return !array.empty() && !task.empty() ? array + "_" + task : env_value(getenv, "SLURM_JOB_ID");
+}
+
+RunIdentity run_identity(const Getenv& getenv) {
+  auto get = [&](const char* name) { return env_value(getenv, name); };
   RunIdentity id;
   id.cluster = get("SLURM_CLUSTER_NAME");
-  const std::string array = get("SLURM_ARRAY_JOB_ID");
-  const std::string task = get("SLURM_ARRAY_TASK_ID");
-  id.job = !array.empty() && !task.empty() ? array + "_" + task : get("SLURM_JOB_ID");
+  id.job = job_id(getenv);
   id.started = get("SLURM_JOB_START_TIME");
   if (!id.started.empty() && !all_digits(id.started)) {
     throw InvalidArgument("checkpoint: SLURM_JOB_START_TIME='" + id.started +
@@ -154,24 +163,14 @@ std::string claim_run(const std::string& dir, const RunIdentity& self) {
       why += "), and this " + job_name(self.job, self.cluster);
       why +=
           " was never requeued (SLURM_RESTART_COUNT unset), so they are not its own: another "
-          "job with the same id left them. Move ";
-      why += dir;
-      why +=
-          " away to start this job afresh, or, to continue that run on purpose, pass the "
-          "directory itself (Python: Checkpointer(dir, per_job=False))";
+          "job with the same id left them. ";
+      why += what_to_do(dir);
       throw Error(why);
     }
     std::string nonce = random_hex16();
     const std::string record = "run cluster=" + word(self.cluster) + " job=" + word(self.job) +
                                " started=" + word(self.started) + " nonce=" + nonce + "\n";
-    TempFile temp = create_temp(dir, kRecord);
-    try {
-      write_all(temp.fd.get(), record.data(), record.size(), temp.path);
-    } catch (...) {
-      ::unlink(temp.path.c_str());
-      throw;
-    }
-    if (publish_new(std::move(temp), dir, kRecord)) return nonce;
+    if (publish_new(write_temp(dir, kRecord, record), dir, kRecord)) return nonce;
     // another process made it first: read its record
   }
   throw Error("checkpoint: " + path +

@@ -35,15 +35,21 @@ namespace slurmddp::resume {
 
 struct RunIdentity {
   std::string cluster;   // SLURM_CLUSTER_NAME; "" when unknown
-  std::string job;       // "<array job>_<task>" in a job array, else the job id; "" outside Slurm
+  std::string job;       // job_id()
   std::string started;   // SLURM_JOB_START_TIME (seconds since the epoch); "" when unknown
   int64_t restarts = 0;  // SLURM_RESTART_COUNT; 0 when the job was never requeued
 };
 
-// This process's run, read through `getenv` (the process environment by
-// default). Throws InvalidArgument naming the variable when SLURM_RESTART_COUNT
-// or SLURM_JOB_START_TIME is not a number.
-RunIdentity run_identity(const std::function<const char*(const char*)>& getenv = nullptr);
+// Reads the environment (nullptr: the process's own).
+using Getenv = std::function<const char*(const char*)>;
+
+// The job as Slurm's variables name it: "<array job>_<task>" in a job array,
+// else SLURM_JOB_ID; "" outside Slurm.
+std::string job_id(const Getenv& getenv = nullptr);
+
+// This process's run, read through `getenv`. Throws InvalidArgument naming
+// the variable when SLURM_RESTART_COUNT or SLURM_JOB_START_TIME is not a number.
+RunIdentity run_identity(const Getenv& getenv = nullptr);
 
 // Claims `dir` (a per-job directory, existing) for `self`, or checks that it is
 // `self`'s (Note [Run identity]); returns the run's nonce. Throws Error naming

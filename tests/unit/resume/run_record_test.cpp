@@ -7,9 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 
 #include "resume/checkpoint_io.h"
@@ -27,23 +25,6 @@ std::string fresh(const std::string& name) {
   fs::remove_all(d);
   make_private_dirs(d);
   return d;
-}
-
-std::string contents(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-RunIdentity run(const std::string& cluster, const std::string& job, const std::string& started,
-                int64_t restarts) {
-  RunIdentity id;
-  id.cluster = cluster;
-  id.job = job;
-  id.started = started;
-  id.restarts = restarts;
-  return id;
 }
 
 std::string error_of(const std::string& dir, const RunIdentity& id) {
@@ -93,17 +74,17 @@ TEST(RunIdentity, FromTheJobsVariables) {
 
 TEST(ClaimRun, TheFirstRunWritesItsRecordAndFindsItAgain) {
   const std::string dir = fresh("first");
-  const std::string nonce = claim_run(dir, run("north", "1234", "1000", 0));
+  const std::string nonce = claim_run(dir, RunIdentity{"north", "1234", "1000", 0});
   EXPECT_THAT(nonce, MatchesRegex("[0-9a-f]{16}"));
-  EXPECT_EQ(contents(dir + "/RUN"),
+  EXPECT_EQ(read_file(dir + "/RUN").value_or(""),
             "run cluster=north job=1234 started=1000 nonce=" + nonce + "\n");
   struct stat st {};
   ASSERT_EQ(::stat((dir + "/RUN").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777u, 0600u);
   // a step started again in the same allocation, and the requeued runs
-  EXPECT_EQ(claim_run(dir, run("north", "1234", "1000", 0)), nonce);
-  EXPECT_EQ(claim_run(dir, run("north", "1234", "2000", 1)), nonce);
-  EXPECT_EQ(claim_run(dir, run("north", "1234", "3000", 2)), nonce);
+  EXPECT_EQ(claim_run(dir, RunIdentity{"north", "1234", "1000", 0}), nonce);
+  EXPECT_EQ(claim_run(dir, RunIdentity{"north", "1234", "2000", 1}), nonce);
+  EXPECT_EQ(claim_run(dir, RunIdentity{"north", "1234", "3000", 2}), nonce);
   // no temporary files left behind
   size_t entries = 0;
   for (const auto& e : fs::directory_iterator(dir)) entries += e.path().filename() != "" ? 1 : 0;
@@ -112,8 +93,8 @@ TEST(ClaimRun, TheFirstRunWritesItsRecordAndFindsItAgain) {
 
 TEST(ClaimRun, ANewJobWithAnOldJobsIdIsRefusedSayingWhoseTheDirectoryIs) {
   const std::string dir = fresh("reused");
-  claim_run(dir, run("north", "1234", "1796593217", 3));
-  EXPECT_THAT(error_of(dir, run("north", "1234", "1796600000", 0)),
+  claim_run(dir, RunIdentity{"north", "1234", "1796593217", 3});
+  EXPECT_THAT(error_of(dir, RunIdentity{"north", "1234", "1796600000", 0}),
               MatchesRegex(".*" + dir +
                            " belongs to another job 1234 of cluster north, which started at "
                            "2026-12-06 [0-9:]+ UTC \\(1796593217\\); this job started at "
@@ -124,12 +105,12 @@ TEST(ClaimRun, ANewJobWithAnOldJobsIdIsRefusedSayingWhoseTheDirectoryIs) {
 
 TEST(ClaimRun, AnotherClustersJobWithTheSameIdIsRefused) {
   const std::string dir = fresh("cluster");
-  claim_run(dir, run("north", "1234", "1000", 0));
-  std::string why = error_of(dir, run("south", "1234", "1000", 1));
+  claim_run(dir, RunIdentity{"north", "1234", "1000", 0});
+  std::string why = error_of(dir, RunIdentity{"south", "1234", "1000", 1});
   EXPECT_THAT(why, HasSubstr(dir + " belongs to job 1234 of cluster north, not to this job 1234 "
                                    "of cluster south"));
   EXPECT_THAT(why, HasSubstr("$SLURM_CLUSTER_NAME"));
-  EXPECT_THAT(error_of(dir, run("north", "99", "1000", 1)),
+  EXPECT_THAT(error_of(dir, RunIdentity{"north", "99", "1000", 1}),
               HasSubstr("belongs to job 1234 of cluster north, not to this job 99 of cluster "
                         "north"));
 }
@@ -138,28 +119,29 @@ TEST(ClaimRun, CheckpointsWithoutARecordAreAnotherJobsUnlessThisJobWasRequeued) 
   const std::string dir = fresh("norecord");
   make_private_dirs(dir + "/step-10");
   write_atomic(dir + "/step-10", "COMPLETE", "complete step=10 world=2\n");
-  EXPECT_THAT(error_of(dir, run("north", "1234", "1000", 0)),
+  EXPECT_THAT(error_of(dir, RunIdentity{"north", "1234", "1000", 0}),
               HasSubstr(dir + " holds checkpoints but no record of their run (RUN), and this "
                               "job 1234 of cluster north was never requeued"));
   EXPECT_FALSE(fs::exists(dir + "/RUN"));
   // a requeued job whose first run wrote its checkpoints without a record
-  const std::string nonce = claim_run(dir, run("north", "1234", "2000", 1));
-  EXPECT_EQ(contents(dir + "/RUN"),
+  const std::string nonce = claim_run(dir, RunIdentity{"north", "1234", "2000", 1});
+  EXPECT_EQ(read_file(dir + "/RUN").value_or(""),
             "run cluster=north job=1234 started=2000 nonce=" + nonce + "\n");
 }
 
 TEST(ClaimRun, WithoutAStartTimeOnlyTheClusterAndJobAreCompared) {
   const std::string dir = fresh("nostart");
-  const std::string nonce = claim_run(dir, run("", "4242", "", 0));
-  EXPECT_EQ(contents(dir + "/RUN"), "run cluster= job=4242 started= nonce=" + nonce + "\n");
-  EXPECT_EQ(claim_run(dir, run("", "4242", "", 0)), nonce);
-  EXPECT_EQ(claim_run(dir, run("", "4242", "5000", 0)), nonce);
+  const std::string nonce = claim_run(dir, RunIdentity{"", "4242", "", 0});
+  EXPECT_EQ(read_file(dir + "/RUN").value_or(""),
+            "run cluster= job=4242 started= nonce=" + nonce + "\n");
+  EXPECT_EQ(claim_run(dir, RunIdentity{"", "4242", "", 0}), nonce);
+  EXPECT_EQ(claim_run(dir, RunIdentity{"", "4242", "5000", 0}), nonce);
 }
 
 TEST(ClaimRun, ADamagedRecordIsRefusedNamingWhatItHolds) {
   const std::string dir = fresh("damaged");
   write_atomic(dir, "RUN", "garbage\n");
-  EXPECT_THAT(error_of(dir, run("north", "1234", "1000", 1)),
+  EXPECT_THAT(error_of(dir, RunIdentity{"north", "1234", "1000", 1}),
               HasSubstr(dir + "/RUN is damaged: it holds 'garbage', expected 'run cluster=... "
                               "job=... started=... nonce=...'"));
 }
@@ -173,7 +155,7 @@ TEST(PublishNew, NeverReplacesWhatIsThere) {
   write_all(b.fd.get(), "b", 1, b.path);
   const std::string b_path = b.path;
   EXPECT_FALSE(publish_new(std::move(b), dir, "X"));
-  EXPECT_EQ(contents(dir + "/X"), "a");
+  EXPECT_EQ(read_file(dir + "/X").value_or(""), "a");
   EXPECT_FALSE(fs::exists(b_path));
 }
 
