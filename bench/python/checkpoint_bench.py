@@ -41,6 +41,7 @@ How to run (the package built by `ninja -C build`; torch importable; ~3x
   PYTHONPATH=build/python /usr/bin/python3 bench/python/checkpoint_bench.py --bytes 2e9 --reps 3
 """
 import argparse
+import datetime
 import io
 import os
 import shutil
@@ -78,9 +79,10 @@ def child(args):
     ckpt = None
     if impl == "slurmddp":
         # a file store: a port chosen beforehand could be taken by then
-        store = tempfile.mkdtemp(prefix=".store-", dir=where)
+        # (absolute: "file://" followed by a relative path names a host, not a file)
+        store = os.path.abspath(tempfile.mkdtemp(prefix=".store-", dir=where))
         dist.init_process_group("gloo", init_method="file://" + os.path.join(store, "s"),
-                                rank=0, world_size=1)
+                                rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
         ckpt = slurmddp.Checkpointer(where, per_job=False, keep=1, weights_only=False)
     state = state_of(args.bytes, args.tensors) if op == "save" else None
     t0 = time.perf_counter()
