@@ -185,7 +185,7 @@ def main():
                 position = min((batch + 1) * args.batch_size, len(sampler))
                 ckpt.save(step, {"model": model.module.state_dict(), "optimizer": opt.state_dict()},
                           sampler=sampler.state_dict(position=position))
-                if stop.agreed_signal:
+                if stop.agreed_signal is not None:
                     print(f"rank {rank}: stopped after step {step} on {stop.signal_name}, "
                           f"checkpoint in {ckpt.dir}", flush=True)
                     if args.on_stop == "requeue":

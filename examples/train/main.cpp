@@ -268,7 +268,8 @@ int train_and_report(const Options& o, slurmddp::StopSignal* stop, slurmddp::Pro
         save();
         std::printf("rank %d: stopped after step %lld on %s, checkpoint in %s\n", id.rank,
                     static_cast<long long>(step),
-                    slurmddp::signal_name(stop->agreed_signal()).c_str(), ckpt->dir().c_str());
+                    slurmddp::signal_name(stop->agreed_signal().value_or(0)).c_str(),
+                    ckpt->dir().c_str());
         std::fflush(stdout);
         if (o.requeue && id.rank == 0) slurmddp::requeue_job();
         return kStoppedForRequeue;

@@ -42,6 +42,7 @@
 #include <csignal>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "slurmddp/communicator.h"
@@ -79,16 +80,17 @@ class StopSignal {
   StopSignal(const StopSignal&) = delete;
   StopSignal& operator=(const StopSignal&) = delete;
 
-  // The signal this process received (0: none). Local: no communication.
-  int local_signal() const;
+  // The signal this process received (nullopt: none yet). Local: no
+  // communication.
+  std::optional<int> local_signal() const;
 
   // Collective; every rank calls it with the same step numbers. True on every
   // rank when any rank received one of the signals by the check at `step`.
   bool should_stop(int64_t step);
 
   // After should_stop returned true: the signal that decided it (the largest
-  // signal number any rank saw).
-  int agreed_signal() const;
+  // signal number any rank saw); nullopt while no stop was agreed.
+  std::optional<int> agreed_signal() const;
 
   // Puts the handlers back in front of any handler installed after them (by
   // the program or a library), which they then call after recording the

@@ -356,21 +356,21 @@ class StopSignal:
         return self._handlers
 
     @property
-    def local_signal(self) -> int:
-        """The signal this process received (0: none); no communication."""
+    def local_signal(self) -> Optional[int]:
+        """The signal this process received (None: none yet); no communication."""
         return self._live().local_signal
 
     @property
-    def agreed_signal(self) -> int:
+    def agreed_signal(self) -> Optional[int]:
         """After should_stop() returned True: the signal that decided it (the
-        largest number any rank saw)."""
+        largest number any rank saw); None while no stop was agreed."""
         return self._live().agreed_signal
 
     @property
     def signal_name(self) -> str:
         """``"SIGUSR1"``: the agreed signal's name (``""`` before a stop)."""
         s = self.agreed_signal
-        return _core.signal_name(s) if s else ""
+        return _core.signal_name(s) if s is not None else ""
 
     def request(self, sig: Union[int, signal.Signals] = signal.SIGTERM) -> None:
         """Records a stop request on this rank as if ``sig`` had arrived."""
@@ -379,7 +379,7 @@ class StopSignal:
     def should_stop(self, step: int) -> bool:
         """True on every rank once any rank received a stop signal (see the class)."""
         handlers = self._live()
-        if handlers.agreed_signal:
+        if handlers.agreed_signal is not None:
             return True
         if step % self.check_every != 0:
             return False
@@ -391,7 +391,7 @@ class StopSignal:
             return True
         self._reinstall(handlers)
         # the signal, and the step as its largest and (negated) smallest
-        flag = torch.tensor([handlers.local_signal, step, -step], dtype=torch.int64)
+        flag = torch.tensor([handlers.local_signal or 0, step, -step], dtype=torch.int64)
         work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=_cpu_group(self._group_arg),
                                async_op=True)
         self._pending = (work, flag, step)
@@ -453,7 +453,7 @@ class StopSignal:
             self._finish_check()
         finally:
             handlers, self._handlers = self._handlers, None
-            if ignore and not handlers.agreed_signal:
+            if ignore and handlers.agreed_signal is None:
                 # the destructor then ignores the signals instead of restoring them
                 handlers.agree(handlers.local_signal or int(signal.SIGTERM))
             handlers.close()

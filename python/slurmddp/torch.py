@@ -237,16 +237,19 @@ class Store(dist.Store):
 _live_stores: List[Store] = []
 
 
-def _query_int(query: Dict[str, List[str]], name: str) -> int:
+def _query_int(query: Dict[str, List[str]], name: str) -> Optional[int]:
+    """The URL's rank= or world_size=; None when absent or negative (torch's -1,
+    "not given")."""
     values = query.get(name)
     if not values:
-        return -1
+        return None
     try:
-        return int(values[-1])
+        value = int(values[-1])
     except ValueError:
         raise _core.InvalidArgument(
             f"slurmddp:// rendezvous: {name}={values[-1]!r} in the init_method URL is not an "
             f"integer") from None
+    return value if value >= 0 else None
 
 
 def _rendezvous_handler(url: str, timeout: timedelta = _DEFAULT_TIMEOUT,

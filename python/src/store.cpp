@@ -61,19 +61,20 @@ struct Rendezvous {
   int64_t timeout_ms = 0;
 };
 
-Rendezvous rendezvous(int rank, int world_size, std::optional<int64_t> timeout_ms) {
+Rendezvous rendezvous(std::optional<int> rank, std::optional<int> world_size,
+                      std::optional<int64_t> timeout_ms) {
   Rendezvous r;
   r.id = identity_from_environment();
   const ProcessIdentity& id = r.id;
   const std::string where_env =
       " (identity from " + std::string(to_string(id.source)) + ": " + id.describe() + ")";
-  if (rank >= 0 && rank != id.rank) {
-    throw InvalidArgument("slurmddp:// rendezvous: rank=" + std::to_string(rank) +
+  if (rank && *rank != id.rank) {
+    throw InvalidArgument("slurmddp:// rendezvous: rank=" + std::to_string(*rank) +
                           " was passed, but the environment gives this task rank " +
                           std::to_string(id.rank) + where_env + "; leave rank unset");
   }
-  if (world_size >= 0 && world_size != id.world_size) {
-    throw InvalidArgument("slurmddp:// rendezvous: world_size=" + std::to_string(world_size) +
+  if (world_size && *world_size != id.world_size) {
+    throw InvalidArgument("slurmddp:// rendezvous: world_size=" + std::to_string(*world_size) +
                           " was passed, but the environment gives world size " +
                           std::to_string(id.world_size) + where_env + "; leave world_size unset");
   }
@@ -222,7 +223,7 @@ all interfaces (port 0: a free one; see Store.endpoint).)doc");
           "node", [](const Rendezvous& r) { return locality_from_environment(r.id).node; },
           "This rank's node, as the hang report names it.");
 
-  m.def("rendezvous", &rendezvous, py::arg("rank") = -1, py::arg("world_size") = -1,
+  m.def("rendezvous", &rendezvous, py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
         py::arg("timeout_ms") = py::none(), py::call_guard<py::gil_scoped_release>(),
         R"doc(
 Reads this task's identity from the environment (slurm-ddp's plugin, torchrun,
@@ -230,7 +231,7 @@ bare Slurm or PMIx), connects to the step's authenticated store (rank 0 hosts
 it on MASTER_PORT; SLURMDDP_TOKEN proves membership) and waits until every
 rank has joined. A rank that does not arrive in time makes every waiting rank
 raise slurmddp.TimeoutError "k/n ranks joined; missing: [..] (hosts: ..)".
-rank/world_size, when given (>= 0), must agree with the environment.
+rank/world_size, when given (not None), must agree with the environment.
 SLURMDDP_TIMEOUT, when set, overrides timeout_ms.)doc");
 }
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <csignal>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -246,16 +247,20 @@ void StopSignal::attach(std::shared_ptr<Communicator> comm) {
 }
 StopSignal::~StopSignal() = default;
 
-int StopSignal::local_signal() const {
-  return g_signal.load(std::memory_order_relaxed);
+std::optional<int> StopSignal::local_signal() const {
+  const int signal = g_signal.load(std::memory_order_relaxed);
+  if (signal == 0) return std::nullopt;
+  return signal;
 }
 
 bool StopSignal::should_stop(int64_t step) {
   return impl_->should_stop(step);
 }
 
-int StopSignal::agreed_signal() const {
-  return impl_->agreed();
+std::optional<int> StopSignal::agreed_signal() const {
+  const int signal = impl_->agreed();
+  if (signal == 0) return std::nullopt;
+  return signal;
 }
 
 void StopSignal::agree(int signal) {

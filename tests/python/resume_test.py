@@ -369,8 +369,11 @@ seen = []
 signal.signal(signal.SIGUSR2, lambda s, f: seen.append(s))
 d.init_process_group('gloo', init_method='env://')
 with slurmddp.StopSignal() as stop:
+    print(stop.local_signal, stop.agreed_signal, repr(stop.signal_name))
     os.kill(os.getpid(), signal.SIGUSR2)
-    print(stop.should_stop(1), stop.should_stop(2), stop.signal_name, stop.stopped_at)
+    print(stop.local_signal == signal.SIGUSR2, stop.agreed_signal)
+    print(stop.should_stop(1), stop.should_stop(2), stop.signal_name, stop.stopped_at,
+          stop.agreed_signal == signal.SIGUSR2)
 print(seen == [signal.SIGUSR2], signal.getsignal(signal.SIGUSR2) is not None)
 os.kill(os.getpid(), signal.SIGTERM)  # ignored after the agreed stop
 print("alive")
@@ -385,7 +388,9 @@ print("done")
                            env=support.rank_env(0, 1, support.free_port(), USE_LIBUV="0"),
                            timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout.splitlines(), ["False True SIGUSR2 2", "True True", "alive", "done"])
+        self.assertEqual(r.stdout.splitlines(), ["None None ''", "True None",
+                                                 "False True SIGUSR2 2 True", "True True", "alive",
+                                                 "done"])
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
       }
       if (stop.should_stop(step)) {
         std::printf("stopped rank=%d step=%ld signal=%s%s\n", rank, step,
-                    slurmddp::signal_name(stop.agreed_signal()).c_str(),
+                    slurmddp::signal_name(stop.agreed_signal().value_or(0)).c_str(),
                     g_chained.load() != 0 ? " chained=1" : "");
         return 0;
       }

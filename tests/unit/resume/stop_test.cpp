@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <optional>
 #include <vector>
 
 #include "fake_group.h"
@@ -70,7 +71,7 @@ TEST(StopSignal, OneAtATime) {
     EXPECT_THROW(StopSignal second(solo()), InvalidArgument);
   }
   StopSignal again(solo());  // the first one is gone
-  EXPECT_EQ(again.local_signal(), 0);
+  EXPECT_EQ(again.local_signal(), std::nullopt);
 }
 
 void marker(int) {}
@@ -83,7 +84,7 @@ TEST(StopSignal, CatchesTheSignalThenIgnoresOrRestores) {
   ASSERT_EQ(sigaction(SIGUSR1, &mine, &saved), 0);
   {
     StopSignal stop(solo());
-    EXPECT_EQ(stop.local_signal(), 0);
+    EXPECT_EQ(stop.local_signal(), std::nullopt);
     raise(SIGUSR1);  // the default action would end this test program
     EXPECT_EQ(stop.local_signal(), SIGUSR1);
     raise(SIGTERM);  // the first signal is kept
@@ -110,7 +111,7 @@ TEST(StopSignal, AStopAgreedElsewhereIgnoresTheSignalsOnTheWayOut) {
   ASSERT_EQ(sigaction(SIGUSR2, nullptr, &saved), 0);
   {
     StopSignal stop;  // no communicator
-    EXPECT_EQ(stop.agreed_signal(), 0);
+    EXPECT_EQ(stop.agreed_signal(), std::nullopt);
     stop.agree(SIGUSR2);
     stop.agree(SIGTERM);  // the first agreement stands
     EXPECT_EQ(stop.agreed_signal(), SIGUSR2);
