@@ -31,12 +31,12 @@
 #include <string>
 #include <vector>
 
-#include "../common/stats.h"
 #include "rank_launcher.h"  // tests/support
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
 #include "slurmddp/process_group.h"
 #include "slurmddp/tcp_store.h"
+#include "stats.h"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/stats.h"
+#include "stats.h"
 
 namespace {
 

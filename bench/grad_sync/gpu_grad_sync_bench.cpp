@@ -42,7 +42,6 @@
 #include <string>
 #include <vector>
 
-#include "../common/stats.h"
 #include "gpu_bench_main.h"
 #include "gpu_kernels.h"
 #include "models.h"
@@ -50,6 +49,7 @@
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/tcp_store.h"
+#include "stats.h"
 
 namespace {
 

@@ -54,7 +54,6 @@
 #include <thread>
 #include <vector>
 
-#include "../common/stats.h"
 #include "grad_sync_worker.h"
 #include "loopback_port.h"
 #include "models.h"
@@ -65,6 +64,7 @@
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp_config.h"
+#include "stats.h"
 #include "subprocess.h"
 
 namespace slurmddp::bench {

@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "../common/stats.h"
 #include "slurmddp/sampler.h"
+#include "stats.h"
 #include "subprocess.h"  // tests/support
 
 #ifndef SAMPLER_BENCH_TORCH_SCRIPT

@@ -49,14 +49,13 @@
 #include <string>
 #include <vector>
 
-#include "../../common/stats.h"
-#include "comm/nccl/nccl_util.h"
 #include "gpu_bench_main.h"
 #include "gpu_values.h"
 #include "slurmddp/error.h"
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp_config.h"
+#include "stats.h"
 
 namespace {
 
@@ -217,6 +216,27 @@ void nccl_check(ncclResult_t r, const char* what) {
   }
 }
 
+// The raw baseline maps types and ops itself, as a program that calls NCCL
+// directly does.
+ncclDataType_t nccl_type(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+  }
+  throw slurmddp::InvalidArgument("nccl_allreduce_bench: no NCCL type for DataType " +
+                                  std::to_string(static_cast<int>(t)));
+}
+
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
@@ -275,9 +295,8 @@ class RawNccl {
   // `times` in-place allreduces back to back, then waits for the last.
   void allreduce(void* buf, size_t count, DataType t, ReduceOp op, int times) {
     for (int i = 0; i < times; ++i) {
-      nccl_check(
-          ncclAllReduce(buf, buf, count, slurmddp::comm::to_nccl(t), nccl_op(op), comm_, stream_),
-          "run ncclAllReduce");
+      nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, stream_),
+                 "run ncclAllReduce");
     }
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
