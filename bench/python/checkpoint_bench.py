@@ -95,7 +95,7 @@ def child(args):
     elif impl == "slurmddp":
         state = ckpt.load_latest().state
     elif impl == "peer":
-        from slurmddp.resume import _PayloadWindow
+        from slurmddp._checkpoint import _PayloadWindow
         f = _core.CheckpointFile(os.path.join(where, "step-1", "rank-0.ckpt"), False)
         with _PayloadWindow(f, f.payload_offset, f.payload_bytes) as window:
             state = torch.load(window, weights_only=False)

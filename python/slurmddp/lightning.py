@@ -53,6 +53,7 @@ import torch.distributed as dist
 from . import _core
 from . import resume as _resume
 from . import torch as _torch
+from . import _checkpoint, _collectives, _ddp, _init_method, _requeue
 
 try:  # the unified package first, as Lightning's docs import it
     import lightning.pytorch as pl
@@ -157,7 +158,7 @@ class SlurmDDP(pl.Callback):
     def ckpt_path(self) -> Optional[str]:
         """For ``Trainer.fit(ckpt_path=)``: this job's checkpoint directory when
         it holds a complete checkpoint, else None (local: no communication)."""
-        return self.dir if _resume._complete_steps_in(self.dir) else None
+        return self.dir if _checkpoint._complete_steps_in(self.dir) else None
 
     def _is_own(self, path: Any) -> bool:
         try:
@@ -201,7 +202,7 @@ class SlurmDDP(pl.Callback):
         io = trainer.strategy.checkpoint_io
         if not isinstance(io, _CheckpointIOForSlurmDDP):
             trainer.strategy.checkpoint_io = _CheckpointIOForSlurmDDP(io, self)
-        if self.progress is None and _torch._live_stores:
+        if self.progress is None and _init_method._live_stores:
             self.progress = _torch.Progress()
         elif self.progress is None and dist.get_rank() == 0:
             print("slurmddp.lightning: no hang report: the process group was not made by the "
@@ -225,7 +226,7 @@ class SlurmDDP(pl.Callback):
             return
         buffers = {name: b.detach().clone() for name, b in pl_module.named_buffers()}
         try:
-            _torch._settle(model, lambda: trainer.strategy.training_step(batch, batch_idx))
+            _ddp._settle(model, lambda: trainer.strategy.training_step(batch, batch_idx))
         finally:
             with torch.no_grad():
                 for name, b in pl_module.named_buffers():
@@ -290,8 +291,8 @@ class SlurmDDP(pl.Callback):
         print(f"slurmddp.lightning: rank {rank}: stopped after step {step} on "
               f"{self.stop.signal_name}, checkpoint in {self.checkpointer.dir}", flush=True)
         if self.requeue and rank == 0:
-            _resume._requeue_or_say_why()
-        dist.barrier(group=_resume._cpu_group(None))
+            _requeue._requeue_or_say_why()
+        dist.barrier(group=_collectives._cpu_group(None))
         sys.stdout.flush()
         # Lightning's way out of a fit (its SIGTERMException is a SystemExit):
         # on_exception hooks, its teardown, then the status reaches the shell.

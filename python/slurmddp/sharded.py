@@ -44,21 +44,20 @@ import torch
 import torch.distributed as dist
 
 from . import _core
-from .resume import (
+from . import resume as _resume  # noqa: F401 (slurmddp.torch and resume set up first)
+from ._checkpoint import (
     Resumed,
     _RunClaim,
     _agree_or_raise,
-    _broadcast_steps,
     _complete_marker,
     _complete_steps_in,
-    _cpu_group,
     _refusals,
     _sampler_state,
     _sampler_text,
     _unmark_complete,
-    restart_count,
-    run_id,
 )
+from ._collectives import _broadcast_steps, _cpu_group
+from ._requeue import restart_count, run_id
 
 __all__ = ["ShardedCheckpointer"]
 

@@ -37,7 +37,7 @@ import time
 from typing import Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGE_SOURCE = os.path.join(HERE, "..", "..", "python", "slurmddp", "resume.py")
+PACKAGE_DIR = os.path.join(HERE, "..", "..", "python", "slurmddp")
 SKIP = 77
 STOP_AT = 2  # the step at which the last rank requests a stop
 
@@ -71,10 +71,14 @@ def log(rank: int, text: str) -> None:
 
 
 def package_api() -> Dict[str, set]:
-    """Methods and keywords of slurmddp.resume's classes, from its source."""
-    tree = ast.parse(open(PACKAGE_SOURCE, encoding="utf-8").read(), PACKAGE_SOURCE)
+    """Methods and keywords of the package's classes, from its sources."""
     api: Dict[str, set] = {}
-    for node in tree.body:
+    nodes = []
+    for name in sorted(os.listdir(PACKAGE_DIR)):
+        if name.endswith(".py"):
+            path = os.path.join(PACKAGE_DIR, name)
+            nodes += ast.parse(open(path, encoding="utf-8").read(), path).body
+    for node in nodes:
         if isinstance(node, ast.ClassDef):
             methods = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
             api[node.name] = methods
@@ -101,7 +105,7 @@ def dry_run(a: argparse.Namespace) -> int:
     api = package_api()
     for cls, methods in USED_METHODS.items():
         for m in sorted(methods - api.get(cls, set())):
-            missing.append(f"slurmddp.{cls}.{m} (in {os.path.normpath(PACKAGE_SOURCE)})")
+            missing.append(f"slurmddp.{cls}.{m} (in {os.path.normpath(PACKAGE_DIR)})")
     for fn, kws in USED_KEYWORDS.items():
         for k in sorted(kws - api.get(fn, set())):
             missing.append(f"slurmddp.{fn}(..., {k}=...)")

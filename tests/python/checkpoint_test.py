@@ -12,7 +12,7 @@ from resume_test import run
 ONE_RANK = r"""
 import io, os, sys, torch, torch.distributed as dist, slurmddp
 from slurmddp import _core
-from slurmddp.resume import _PayloadWindow
+from slurmddp._checkpoint import _PayloadWindow
 d = sys.argv[1]
 dist.init_process_group('gloo', init_method='env://')
 state = {'big': torch.arange(3_000_000, dtype=torch.float32), 'small': torch.ones(3),

@@ -103,7 +103,7 @@ TEST_F(Staged, ThePythonPackageImportsFromTheStagedTree) {
   if (pydir.empty()) GTEST_SKIP() << "SKIP: this build has no Python package (-Dpython)";
   const std::string package = staged(pydir) + "/slurmddp";
   for (const char* f : {"__init__.py", "lightning.py", "resume.py", "sharded.py", "torch.py",
-                        "_core.pyi", "py.typed"}) {
+                        "_checkpoint.py", "_stop.py", "_sampler.py", "_core.pyi", "py.typed"}) {
     EXPECT_TRUE(fs::exists(package + "/" + f)) << package << "/" << f;
   }
   const char* const script =
