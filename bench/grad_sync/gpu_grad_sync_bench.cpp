@@ -61,7 +61,7 @@ using slurmddp::ReduceOp;
 using slurmddp::bench::spread_of;
 using Stat = slurmddp::bench::Spread;
 
-struct Args : slurmddp::bench::RankOptions {
+struct Args : slurmddp::support::RankOptions {
   std::string model = "resnet50";
   int reps = 10;
   int warmup = 2;
@@ -422,6 +422,6 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  return slurmddp::bench::gpu_bench_main("gpu_grad_sync_bench", a,
-                                         [&a](int devices) { return run_rank(a, devices); });
+  return slurmddp::support::gpu_bench_main("gpu_grad_sync_bench", a,
+                                           [&a](int devices) { return run_rank(a, devices); });
 }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 namespace {
 
 TEST(GpuPresence, DevicesPresent) {
@@ -65,4 +65,4 @@ TEST(GpuPresence, DeviceNodesAreNvidiaAndANumber) {
 }
 
 }  // namespace
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

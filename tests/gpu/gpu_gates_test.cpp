@@ -4,7 +4,7 @@
 
 #include "probe_verdict.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 namespace {
 
 const std::string kRefusal =
@@ -51,4 +51,4 @@ TEST(ProbeVerdict, AnyOtherFailureFails) {
 }
 
 }  // namespace
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

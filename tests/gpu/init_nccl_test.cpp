@@ -22,7 +22,7 @@
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/process_group.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 namespace {
 
 int g_device_count = 0;
@@ -77,9 +77,9 @@ TEST(InitNccl, OneRankGetsTheNcclCommunicatorOnItsLocalDevice) {
 }
 
 }  // namespace
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support
 
 int main(int argc, char** argv) {
-  return slurmddp::gpu_testing::run_gpu_tests("gpu_init_nccl", argc, argv,
-                                              &slurmddp::gpu_testing::g_device_count);
+  return slurmddp::support::run_gpu_tests("gpu_init_nccl", argc, argv,
+                                          &slurmddp::support::g_device_count);
 }

@@ -13,7 +13,7 @@
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/store.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 namespace {
 
 TEST(Errors, InvalidDeviceOrdinalNamesTheVariables) {
@@ -110,4 +110,4 @@ TEST(Errors, WorldSizeMismatchIsNamed) {
 }
 
 }  // namespace
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

@@ -20,18 +20,18 @@
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--worker") == 0) {
-    return slurmddp::gpu_testing::worker_main(argc, argv);
+    return slurmddp::support::worker_main(argc, argv);
   }
   if (argc > 1 && std::strcmp(argv[1], "--count-devices") == 0) {  // for scripts/gpu-check
     // The count (0: no device), or exit 1 when CUDA is broken (device_presence.h).
-    const auto c = slurmddp::gpu_testing::check_gpus();
-    if (c.presence == slurmddp::gpu_testing::GpuPresence::kBroken) {
+    const auto c = slurmddp::support::check_gpus();
+    if (c.presence == slurmddp::support::GpuPresence::kBroken) {
       std::fprintf(stderr, "gpu_nccl: failed to initialize CUDA: %s\n", c.detail.c_str());
       return 1;
     }
     std::printf("%d\n", c.count);
     return 0;
   }
-  return slurmddp::gpu_testing::run_gpu_tests("gpu_nccl", argc, argv,
-                                              &slurmddp::gpu_testing::g_device_count);
+  return slurmddp::support::run_gpu_tests("gpu_nccl", argc, argv,
+                                          &slurmddp::support::g_device_count);
 }

@@ -31,7 +31,7 @@
 #include "slurmddp/tcp_store.h"
 #include "subprocess.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 namespace {
 
 using support::spawn_self;
@@ -252,13 +252,13 @@ TEST(NcclGradSync, EveryRankEndsWithTheExactAverage) {
 }
 
 }  // namespace
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--worker") == 0) {
     try {
       const auto self = slurmddp::support::RankArgs::take_from(argc, argv);
-      if (argc == 2 && self.started_as_rank()) return slurmddp::gpu_testing::rank_main(self);
+      if (argc == 2 && self.started_as_rank()) return slurmddp::support::rank_main(self);
     } catch (const std::invalid_argument& e) {
       std::fprintf(stderr, "gpu_nccl_grad_sync --worker: %s\n", e.what());
       return 2;
@@ -266,6 +266,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: gpu_nccl_grad_sync --worker --rank R --world N --store-port P\n");
     return 2;
   }
-  return slurmddp::gpu_testing::run_gpu_tests("gpu_nccl_grad_sync", argc, argv,
-                                              &slurmddp::gpu_testing::g_device_count);
+  return slurmddp::support::run_gpu_tests("gpu_nccl_grad_sync", argc, argv,
+                                          &slurmddp::support::g_device_count);
 }

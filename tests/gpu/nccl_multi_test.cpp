@@ -11,7 +11,7 @@
 #include "nccl_ranks.h"
 #include "slurmddp/store.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 namespace {
 
 class Multi : public ::testing::TestWithParam<int> {};
@@ -59,4 +59,4 @@ TEST(MultiFailures, KilledPeerEndsInAnErrorWithinTheTimeout) {
 }
 
 }  // namespace
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

@@ -9,7 +9,7 @@
 #include "slurmddp/tcp_store.h"
 #include "subprocess.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 
 int g_device_count = 0;
 
@@ -109,4 +109,4 @@ const Probe& multi_rank_probe() {
   return probe;
 }
 
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

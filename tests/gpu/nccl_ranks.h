@@ -24,7 +24,7 @@
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/store.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -86,4 +86,4 @@ const Probe& multi_rank_probe();
 // A rank process's main ("--worker SCENARIO RANK SIZE PORT TIMEOUT_MS").
 int worker_main(int argc, char** argv);
 
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

@@ -16,7 +16,7 @@
 #include "slurmddp/grad_sync.h"
 #include "slurmddp/nccl_communicator.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 namespace {
 
 std::string joined(const std::vector<std::string>& lines) {
@@ -49,7 +49,8 @@ TEST(Single, DivideKernelOfTheSumDivideAverage) {
   for (DataType t : all_types()) {
     for (size_t count : {size_t{1}, size_t{1001}, size_t{1} << 20}) {
       const int n = 3;
-      const auto in = encode(t, count, [&](size_t i) { return input_value(t, n - 1, i) * 2; });
+      const auto in =
+          encode(t, count, [&](size_t i) { return device_input_value(t, n - 1, i) * 2; });
       DeviceBuffer buf(in.size());
       ASSERT_EQ(cudaMemcpy(buf.get(), in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
       ASSERT_EQ(comm::launch_divide(buf.get(), count, t, n, nullptr), cudaSuccess);
@@ -285,7 +286,7 @@ TEST(Single, WaitOnStreamOrdersAConsumer) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
   const size_t count = 4096;
   const auto in = encode(DataType::kFloat32, count,
-                         [](size_t i) { return input_value(DataType::kFloat32, 0, i); });
+                         [](size_t i) { return device_input_value(DataType::kFloat32, 0, i); });
   DeviceBuffer send(count * 4);
   DeviceBuffer recv(count * 4);
   ASSERT_EQ(cudaMemcpy(send.get(), in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
@@ -320,4 +321,4 @@ TEST(Single, RejectsHostMemoryAndStaysUsable) {
 }
 
 }  // namespace
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

@@ -21,7 +21,7 @@
 #include "slurmddp/nccl_communicator.h"
 #include "slurmddp/tcp_store.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 namespace {
 
 struct WorkerArgs {
@@ -253,4 +253,4 @@ int worker_main(int argc, char** argv) {
   }
 }
 
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

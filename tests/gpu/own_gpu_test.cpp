@@ -23,7 +23,7 @@
 #include "slurmddp/nccl_communicator.h"
 #include "subprocess.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 namespace {
 
 using support::spawn_self;
@@ -219,12 +219,12 @@ INSTANTIATE_TEST_SUITE_P(Grads, OwnGpuGradSync, ::testing::Values(false, true),
                          });
 
 }  // namespace
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--fresh-process") == 0) {
-    return slurmddp::gpu_testing::fresh_process_main();
+    return slurmddp::support::fresh_process_main();
   }
-  return slurmddp::gpu_testing::run_gpu_tests("gpu_own_gpu", argc, argv,
-                                              &slurmddp::gpu_testing::g_device_count);
+  return slurmddp::support::run_gpu_tests("gpu_own_gpu", argc, argv,
+                                          &slurmddp::support::g_device_count);
 }

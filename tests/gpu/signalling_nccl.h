@@ -9,7 +9,7 @@
 
 #include "slurmddp/nccl_communicator.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 
 class SignallingNccl : public NcclCommunicator {
  public:
@@ -89,4 +89,4 @@ class SignallingNccl : public NcclCommunicator {
   size_t allreduces_ = 0;
 };
 
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

@@ -27,7 +27,7 @@
 
 #include "common/dtype.h"
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 
 using common::all_ops;
 using common::all_types;
@@ -136,4 +136,4 @@ std::string mismatches(DataType t, const void* buf, size_t count, Want want) {
   return os.str();
 }
 
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

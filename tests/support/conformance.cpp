@@ -6,7 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 namespace {
 
 class HostMemory final : public Memory {
@@ -194,4 +194,4 @@ std::vector<std::string> check_collectives(Communicator& comm, Memory& memory,
   return Checker(comm, memory, options).run();
 }
 
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

@@ -17,7 +17,7 @@
 #include "collective_values.h"
 #include "slurmddp/communicator.h"
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 
 // Where the checks keep their buffers: this process's memory, or a device's
 // (device_buffer.h has the CUDA one).
@@ -68,4 +68,4 @@ struct ConformanceOptions {
 std::vector<std::string> check_collectives(Communicator& comm, Memory& memory,
                                            const ConformanceOptions& options);
 
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

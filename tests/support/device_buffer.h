@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 
 inline void throw_on_cuda_error(cudaError_t status, const std::string& what) {
   if (status != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(status));
@@ -66,4 +66,4 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

@@ -19,7 +19,7 @@
 #include <cstring>
 #include <string>
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 
 enum class GpuPresence { kPresent, kAbsent, kBroken };
 
@@ -94,4 +94,4 @@ inline int gpu_gate(const char* program, int* count) {
   return 1;
 }
 
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

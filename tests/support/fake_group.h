@@ -20,7 +20,7 @@
 #include "slurmddp/communicator.h"
 #include "slurmddp/error.h"
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 
 struct Call {
   std::string kind;  // "allreduce", "broadcast", "allgather", "barrier"
@@ -228,4 +228,4 @@ inline void FakeGroup::complete(Slot& slot) {
   slot.done = true;
 }
 
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

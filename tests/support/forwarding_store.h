@@ -10,7 +10,7 @@
 
 #include "slurmddp/store.h"
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 
 class ForwardingStore : public Store {
  public:
@@ -53,4 +53,4 @@ class ForwardingStore : public Store {
   std::shared_ptr<Store> inner_;
 };
 
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

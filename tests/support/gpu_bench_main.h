@@ -13,7 +13,7 @@
 #include "device_presence.h"  // the gpu suite's rule for skipping
 #include "rank_launcher.h"
 
-namespace slurmddp::bench {
+namespace slurmddp::support {
 
 // The GPU benchmarks' launcher options (derive the benchmark's options from
 // it): --ranks N, how many ranks to start, and a rank's own arguments
@@ -70,7 +70,7 @@ inline support::RankEnv shared_device_env(const char* name, int ranks, int devic
 template <typename RunRank>
 int gpu_bench_main(const char* name, const RankOptions& o, RunRank run_rank) {
   int devices = 0;
-  if (const int status = gpu_testing::gpu_gate(name, &devices); status != 0) return status;
+  if (const int status = support::gpu_gate(name, &devices); status != 0) return status;
   try {
     if (o.ranks > 1 && !o.self.started_as_rank()) {
       std::vector<std::string> args = {"--ranks", std::to_string(o.ranks)};
@@ -84,4 +84,4 @@ int gpu_bench_main(const char* name, const RankOptions& o, RunRank run_rank) {
   }
 }
 
-}  // namespace slurmddp::bench
+}  // namespace slurmddp::support

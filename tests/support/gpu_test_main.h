@@ -7,7 +7,7 @@
 
 #include "device_presence.h"
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 
 inline int run_gpu_tests(const char* program, int argc, char** argv, int* device_count) {
   if (const int status = gpu_gate(program, device_count); status != 0) return status;
@@ -15,4 +15,4 @@ inline int run_gpu_tests(const char* program, int argc, char** argv, int* device
   return RUN_ALL_TESTS();
 }
 
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

@@ -9,8 +9,10 @@
 
 #include "membership/notes.h"
 
-namespace slurmddp::membership::testing {
+namespace slurmddp::support {
 
+using membership::DiagnosisContext;
+using membership::Observation;
 using Kind = Observation::Kind;
 
 inline DiagnosisContext ctx4(int rank) {
@@ -53,4 +55,4 @@ inline bool is(const std::exception_ptr& e) {
 
 inline const std::string kOp = "allreduce 1024 float32 (sum), op #7";
 
-}  // namespace slurmddp::membership::testing
+}  // namespace slurmddp::support

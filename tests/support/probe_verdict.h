@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace slurmddp::gpu_testing {
+namespace slurmddp::support {
 
 // The exit status of a probe rank that NCCL refused as a second rank on its GPU.
 inline constexpr int kExitSharedGpuRefused = 3;
@@ -47,4 +47,4 @@ inline const char* kSharedGpuRefusedText =
     "each rank claims a host of its own (NCCL_HOSTID) and NCCL_MULTI_RANK_GPU_ENABLE=1; "
     "multi-rank tests need 2 GPUs here";
 
-}  // namespace slurmddp::gpu_testing
+}  // namespace slurmddp::support

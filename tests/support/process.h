@@ -13,7 +13,7 @@
 
 #include "subprocess.h"
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 
 // stdin and stdout on pipes, stderr in a temporary file; every wait has a
 // deadline, and a child still running at destruction is SIGKILLed (by PID).
@@ -45,4 +45,4 @@ inline long rss_kib(pid_t pid) {
   return 0;
 }
 
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

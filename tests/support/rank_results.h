@@ -11,7 +11,7 @@
 #include "conformance.h"
 #include "slurmddp/communicator.h"
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 
 inline void say(const std::string& line) {
   std::printf("%s\n", line.c_str());
@@ -36,4 +36,4 @@ inline int run_collectives(Communicator& c) {
   return 1;
 }
 
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

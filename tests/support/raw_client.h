@@ -19,7 +19,7 @@
 #include "store/socket.h"
 #include "store/wire.h"
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 
 using std::chrono::steady_clock;
 namespace wire = store::wire;
@@ -182,4 +182,4 @@ bool eventually(Pred pred, std::chrono::milliseconds within = std::chrono::secon
   return true;
 }
 
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

@@ -13,7 +13,7 @@
 #include "slurmddp/communicator.h"
 #include "slurmddp/grad_sync.h"
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 
 inline double get_value(DataType t, const void* p, size_t i) {
   return common::load_as_double(t, p, i);
@@ -121,4 +121,4 @@ struct Model {
   }
 };
 
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

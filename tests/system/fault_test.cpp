@@ -25,15 +25,15 @@ std::string probe() {
 }
 
 // Starts srun in the background with its output streamed.
-std::unique_ptr<slurmddp::testing::Process> start_srun(const std::string& args) {
+std::unique_ptr<slurmddp::support::Process> start_srun(const std::string& args) {
   std::string cmd = "cd '" + jobs_dir() + "' && exec srun " + args;
-  return std::make_unique<slurmddp::testing::Process>(
+  return std::make_unique<slurmddp::support::Process>(
       std::vector<std::string>{"/bin/bash", "-c", cmd},
       std::map<std::string, std::string>{{"SLURMDDP_TIMEOUT", "5s"}});
 }
 
 // Reads lines until `want` lines matching `prefix` were seen (or the deadline).
-int wait_for_lines(slurmddp::testing::Process& p, const std::string& prefix, int want,
+int wait_for_lines(slurmddp::support::Process& p, const std::string& prefix, int want,
                    std::chrono::seconds within) {
   auto deadline = std::chrono::steady_clock::now() + within;
   int seen = 0;
@@ -65,7 +65,7 @@ struct FaultTimes {
   long long fault_ms = -1;
   std::map<int, long long> exit_ms;  // by rank
 };
-FaultTimes read_fault_times(slurmddp::testing::Process& p, int size, std::chrono::seconds within) {
+FaultTimes read_fault_times(slurmddp::support::Process& p, int size, std::chrono::seconds within) {
   const auto deadline = std::chrono::steady_clock::now() + within;
   const std::regex fault(R"(^runtime rank=\d+ fault=\S+ step=\d+ at_ms=(\d+))");
   const std::regex exit(R"(^runtime rank=(\d+) exit_ms=(\d+))");

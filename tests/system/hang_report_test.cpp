@@ -28,15 +28,15 @@ std::string progress_rank() {
 
 // srun in the background, stderr and stdout on one pipe (the reports are
 // logged on stderr), with `env` added.
-std::unique_ptr<slurmddp::testing::Process> start_srun(
+std::unique_ptr<slurmddp::support::Process> start_srun(
     const std::string& args, const std::map<std::string, std::string>& env) {
   std::string cmd = "cd '" + jobs_dir() + "' && exec srun " + args + " 2>&1";
-  return std::make_unique<slurmddp::testing::Process>(
+  return std::make_unique<slurmddp::support::Process>(
       std::vector<std::string>{"/bin/bash", "-c", cmd}, env);
 }
 
 // Reads lines until one contains `text` (or the deadline); returns all read.
-std::string read_until(slurmddp::testing::Process& p, const std::string& text,
+std::string read_until(slurmddp::support::Process& p, const std::string& text,
                        std::chrono::seconds within) {
   const auto deadline = std::chrono::steady_clock::now() + within;
   std::string all;
@@ -50,7 +50,7 @@ std::string read_until(slurmddp::testing::Process& p, const std::string& text,
 }
 
 // Reads everything until the end of the output (or the deadline).
-std::string read_rest(slurmddp::testing::Process& p, std::chrono::seconds within) {
+std::string read_rest(slurmddp::support::Process& p, std::chrono::seconds within) {
   const auto deadline = std::chrono::steady_clock::now() + within;
   std::string all;
   while (auto line = p.read_line(deadline)) all += *line + "\n";

@@ -63,9 +63,9 @@ using Clock = std::chrono::steady_clock;
 using slurmddp::DataType;
 using slurmddp::ReduceOp;
 using slurmddp::bench::median_of;
-using slurmddp::gpu_testing::scale_of;
+using slurmddp::support::scale_of;
 
-struct Args : slurmddp::bench::RankOptions {
+struct Args : slurmddp::support::RankOptions {
   size_t min_bytes = 8;
   size_t max_bytes = size_t{256} << 20;
   size_t factor = 2;
@@ -140,11 +140,11 @@ Args parse(int argc, char** argv) {
     } else if (k == "-f") {
       a.factor = static_cast<size_t>(std::atoi(v.c_str()));
     } else if (k == "-t") {
-      if (!by_name(slurmddp::gpu_testing::all_types(), v, &a.type)) {
+      if (!by_name(slurmddp::support::all_types(), v, &a.type)) {
         usage(("unknown type " + v).c_str());
       }
     } else if (k == "-o") {
-      if (!by_name(slurmddp::gpu_testing::all_ops(), v, &a.op)) {
+      if (!by_name(slurmddp::support::all_ops(), v, &a.op)) {
         usage(("unknown redop " + v).c_str());
       }
     } else if (k == "-n") {
@@ -173,7 +173,7 @@ Args parse(int argc, char** argv) {
 // ---- data with a closed form (positive, exact in every type for n <= 8)
 
 // v(r, i) over n ranks (see the header): sum, min and max over r are those of
-// (rank + 1) * k, so expected_reduction() (gpu_values.h) does not depend on
+// (rank + 1) * k, so device_expected_reduction() (gpu_values.h) does not depend on
 // the rotation.
 double input(DataType t, int rank, int n, size_t i) {
   const size_t slot = (i + static_cast<size_t>(rank)) % static_cast<size_t>(n);
@@ -429,16 +429,16 @@ int run_rank(const Args& a, int devices) {
     }
 
     // The check: closed-form data, one allreduce, count what is wrong.
-    host = slurmddp::gpu_testing::encode(a.type, count,
-                                         [&](size_t i) { return input(a.type, rank, size, i); });
+    host = slurmddp::support::encode(a.type, count,
+                                     [&](size_t i) { return input(a.type, rank, size, i); });
     cuda_check(cudaMemcpy(buf, host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
     comm->allreduce(buf, count, a.type, a.op)->wait(wait_limit);
     cuda_check(cudaMemcpy(host.data(), buf, host.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
     double wrong = 0;
     for (size_t i = 0; i < count; ++i) {
-      const double want = slurmddp::gpu_testing::expected_reduction(a.type, a.op, size, i);
-      const double got = slurmddp::gpu_testing::decode(a.type, host.data() + i * esz);
-      if (!(std::fabs(got - want) <= slurmddp::gpu_testing::tolerance(a.type, a.op, want))) {
+      const double want = slurmddp::support::device_expected_reduction(a.type, a.op, size, i);
+      const double got = slurmddp::support::decode(a.type, host.data() + i * esz);
+      if (!(std::fabs(got - want) <= slurmddp::support::device_tolerance(a.type, a.op, want))) {
         wrong += 1;
       }
     }
@@ -496,6 +496,6 @@ int run_rank(const Args& a, int devices) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  return slurmddp::bench::gpu_bench_main("nccl_allreduce_bench", a,
-                                         [&a](int devices) { return run_rank(a, devices); });
+  return slurmddp::support::gpu_bench_main("nccl_allreduce_bench", a,
+                                           [&a](int devices) { return run_rank(a, devices); });
 }

@@ -23,7 +23,7 @@
 #include "slurmddp/grad_sync.h"
 #include "test_values.h"
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 namespace {
 
 using namespace std::chrono_literals;
@@ -401,9 +401,9 @@ TEST(GpuEngineChecks, HostPointersAreRefusedOnEveryRank) {
 }
 
 }  // namespace
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support
 
 int main(int argc, char** argv) {
   int devices = 0;
-  return slurmddp::gpu_testing::run_gpu_tests("gpu_grad_sync", argc, argv, &devices);
+  return slurmddp::support::run_gpu_tests("gpu_grad_sync", argc, argv, &devices);
 }

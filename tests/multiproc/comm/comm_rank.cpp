@@ -32,7 +32,7 @@
 #include "subprocess.h"
 
 using namespace slurmddp;
-using namespace slurmddp::testing;
+using namespace slurmddp::support;
 
 namespace {
 

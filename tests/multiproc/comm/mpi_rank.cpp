@@ -30,7 +30,7 @@
 #include "slurmddp/sampler.h"
 
 using namespace slurmddp;
-using namespace slurmddp::testing;
+using namespace slurmddp::support;
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include "rank_launcher.h"
 #include "subprocess.h"
 
-namespace slurmddp::testing {
+namespace slurmddp::support {
 namespace {
 
 using namespace std::chrono_literals;
@@ -164,4 +164,4 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Survivors, ::testing::Values(2, 3),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
 }  // namespace
-}  // namespace slurmddp::testing
+}  // namespace slurmddp::support

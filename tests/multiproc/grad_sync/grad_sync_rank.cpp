@@ -24,7 +24,7 @@
 namespace {
 
 using namespace slurmddp;
-using namespace slurmddp::testing;
+using namespace slurmddp::support;
 using namespace std::chrono_literals;
 
 struct Args {

@@ -19,8 +19,8 @@
 namespace slurmddp {
 namespace {
 
+using support::Process;
 using ::testing::HasSubstr;
-using testing::Process;
 using namespace std::chrono_literals;
 
 std::string probe() {

@@ -21,9 +21,9 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using support::Process;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::Process;
 namespace wire = store::wire;
 
 std::string helper() {
@@ -71,7 +71,7 @@ std::map<std::string, uint64_t> server_stats(Process& server) {
 
 template <typename Pred>
 bool eventually(Pred pred, milliseconds within = seconds(15)) {
-  return testing::eventually(pred, within);
+  return support::eventually(pred, within);
 }
 
 // ---- rendezvous ----
@@ -276,11 +276,11 @@ TEST(HostileClients, TheServerStaysUpBoundedAndLegitimateRanksComplete) {
             {{"SLURMDDP_TOKEN", token}});
   const uint16_t port = read_port(*server);
   ASSERT_NE(port, 0);
-  const long rss_before = testing::rss_kib(server->pid());
+  const long rss_before = support::rss_kib(server->pid());
 
   std::vector<store::Fd> held;
   auto open = [&] {
-    held.push_back(testing::raw_connect(port));
+    held.push_back(support::raw_connect(port));
     return held.back().get();
   };
   // Thousands of idle connections.
@@ -288,35 +288,35 @@ TEST(HostileClients, TheServerStaysUpBoundedAndLegitimateRanksComplete) {
   // Garbage bytes.
   const uint8_t garbage[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
                              'n',  'o',  't',  ' ',  'a',  ' ',  's',  't',  'o',  'r',  'e'};
-  for (int i = 0; i < 50; ++i) testing::send_all(open(), garbage, sizeof garbage);
+  for (int i = 0; i < 50; ++i) support::send_all(open(), garbage, sizeof garbage);
   // Oversized length fields.
   const uint8_t huge[] = {0xff, 0xff, 0xff, 0xff, wire::kVersion, 2, 0, 0, 0, 0};
-  for (int i = 0; i < 50; ++i) testing::send_all(open(), huge, sizeof huge);
+  for (int i = 0; i < 50; ++i) support::send_all(open(), huge, sizeof huge);
   // Half-sent frames held open, before the handshake...
   const uint8_t half[] = {0, 0, 0, 75, wire::kVersion};
-  for (int i = 0; i < 50; ++i) testing::send_all(open(), half, sizeof half);
+  for (int i = 0; i < 50; ++i) support::send_all(open(), half, sizeof half);
   // ... and after it.
   for (int i = 0; i < 10; ++i) {
-    held.push_back(testing::raw_authenticated(port, token));
+    held.push_back(support::raw_authenticated(port, token));
     ASSERT_TRUE(held.back().valid());
     const uint8_t part[] = {0, 0, 1, 0, wire::kVersion, static_cast<uint8_t>(wire::Type::kSet)};
-    testing::send_all(held.back().get(), part, sizeof part);
+    support::send_all(held.back().get(), part, sizeof part);
   }
   // Wrong tokens (a proof made with another token) and missing ones.
   for (int i = 0; i < 20; ++i)
-    ASSERT_FALSE(testing::raw_handshake(open(), "not-the-token").empty());
+    ASSERT_FALSE(support::raw_handshake(open(), "not-the-token").empty());
   for (int i = 0; i < 20; ++i) {
     int fd = open();
     store::auth::Nonce mine{};
-    testing::send_all(fd, testing::client_hello(&mine));
-    ASSERT_TRUE(testing::read_server_hello(fd));
-    testing::send_all(fd, testing::abort_no_token());
+    support::send_all(fd, support::client_hello(&mine));
+    ASSERT_TRUE(support::read_server_hello(fd));
+    support::send_all(fd, support::abort_no_token());
   }
   // Replayed handshakes: a recorded valid hello and proof sent on new connections.
   std::vector<uint8_t> recorded;
-  held.push_back(testing::raw_authenticated(port, token, &recorded));
+  held.push_back(support::raw_authenticated(port, token, &recorded));
   ASSERT_TRUE(held.back().valid());
-  for (int i = 0; i < 20; ++i) testing::send_all(open(), recorded);
+  for (int i = 0; i < 20; ++i) support::send_all(open(), recorded);
 
   // With all of that still open, eight ranks rendezvous.
   Env env{{"SLURMDDP_TOKEN", token}};
@@ -348,7 +348,7 @@ TEST(HostileClients, TheServerStaysUpBoundedAndLegitimateRanksComplete) {
   EXPECT_LT(s["peak_buffered"], 1u << 20);
   EXPECT_EQ(s["authenticated"], 10u + 1 + 8);
   // Memory: the flood costs the server a few MiB at most.
-  const long rss_after = testing::rss_kib(server->pid());
+  const long rss_after = support::rss_kib(server->pid());
   std::printf("# server RSS %ld KiB before the flood, %ld KiB after; peak buffered %llu bytes\n",
               rss_before, rss_after, static_cast<unsigned long long>(s["peak_buffered"]));
   EXPECT_LT(rss_after - rss_before, 32 * 1024)
@@ -385,7 +385,7 @@ TEST(HostileClients, RunningOutOfFileDescriptorsDoesNotStopTheServer) {
   // Far more idle connections than the server has descriptors for.
   std::vector<store::Fd> idle;
   for (int i = 0; i < 200; ++i) {
-    idle.push_back(testing::raw_connect(port));
+    idle.push_back(support::raw_connect(port));
     ASSERT_TRUE(idle.back().valid());
   }
   std::map<std::string, uint64_t> s;
@@ -399,8 +399,8 @@ TEST(HostileClients, RunningOutOfFileDescriptorsDoesNotStopTheServer) {
       << " over_capacity=" << s["over_capacity"];
   EXPECT_GT(s["over_capacity"], 100u);  // at most 64 descriptors: most were closed
   // The oldest went, the newest still wait.
-  EXPECT_TRUE(testing::closed_by_server(idle.front().get(), seconds(5)));
-  EXPECT_FALSE(testing::closed_by_server(idle.back().get(), milliseconds(200)));
+  EXPECT_TRUE(support::closed_by_server(idle.front().get(), seconds(5)));
+  EXPECT_FALSE(support::closed_by_server(idle.back().get(), milliseconds(200)));
   // Long before the flood's deadline (60 s), a rank gets through.
   auto r = rank(0, 1, port, 10000, {{"SLURMDDP_TOKEN", token}});
   ASSERT_EQ(r->wait(seconds(20)), std::optional<int>(0)) << r->stderr_text();
@@ -431,14 +431,14 @@ TEST(HostileClients, ADescriptorFloodStarvesNeitherTheJoinNorRankZerosOwnOpens) 
   ASSERT_NE(port, 0);
   std::deque<store::Fd> flood;
   for (int i = 0; i < 1000; ++i) {
-    flood.push_back(testing::raw_connect(port));
+    flood.push_back(support::raw_connect(port));
     ASSERT_TRUE(flood.back().valid()) << "connection " << i;
   }
   // The flood goes on while the ranks join.
   std::atomic<bool> joined{false};
   std::thread flooder([&] {
     while (!joined.load()) {
-      flood.push_back(testing::raw_connect(port));
+      flood.push_back(support::raw_connect(port));
       if (flood.size() > 1200) flood.pop_front();
       std::this_thread::sleep_for(milliseconds(2));
     }

@@ -18,14 +18,14 @@ namespace slurmddp {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::all_ops;
-using testing::all_types;
-using testing::expected_reduction;
-using testing::fill;
+using support::all_ops;
+using support::all_types;
+using support::expected_reduction;
+using support::fill;
+using support::input_value;
+using support::make_buffer;
+using support::mismatches;
 using ::testing::HasSubstr;
-using testing::input_value;
-using testing::make_buffer;
-using testing::mismatches;
 
 std::string unique_prefix() {
   static std::atomic<int> n{0};
@@ -225,7 +225,7 @@ TEST(GlooCommunicator, EveryRankGetsIdenticalBits) {
       const size_t count = 300001;  // Gloo's ring as float32 (above 1 MiB)
       auto buf = make_buffer(t, count);
       for (size_t i = 0; i < count; ++i) {
-        testing::store_value(t, buf.data(), i, 1.0 / (1.0 + (i + c.rank()) % 97) * 0.7);
+        support::store_value(t, buf.data(), i, 1.0 / (1.0 + (i + c.rank()) % 97) * 0.7);
       }
       c.allreduce(buf.data(), count, t, ReduceOp::kAvg)->wait(c.timeout());
       std::lock_guard<std::mutex> lock(m);

@@ -15,11 +15,11 @@ namespace {
 
 using membership::conclude;
 using membership::write_note;
-using membership::testing::ctx4;
-using membership::testing::is;
-using membership::testing::kOp;
-using membership::testing::message_of;
-using membership::testing::note;
+using support::ctx4;
+using support::is;
+using support::kOp;
+using support::message_of;
+using support::note;
 
 using Kind = Observation::Kind;
 

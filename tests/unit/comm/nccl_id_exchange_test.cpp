@@ -47,7 +47,7 @@ std::string where(int rank) {
 
 // A store that tells the test when someone starts reading a key: the read of
 // a key nobody has written blocks, so "rank 1 waits" is an event, not a sleep.
-class ReadSignallingStore : public slurmddp::testing::ForwardingStore {
+class ReadSignallingStore : public slurmddp::support::ForwardingStore {
  public:
   using ForwardingStore::ForwardingStore;
 

@@ -18,15 +18,15 @@ namespace slurmddp {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::expected_average;
-using testing::FakeGroup;
-using testing::get_value;
-using testing::grad_value;
+using support::expected_average;
+using support::FakeGroup;
+using support::get_value;
+using support::grad_value;
+using support::Model;
+using support::param_value;
+using support::set_value;
+using support::Shape;
 using ::testing::HasSubstr;
-using testing::Model;
-using testing::param_value;
-using testing::set_value;
-using testing::Shape;
 
 // Runs body(rank) on `size` threads; returns each rank's exception text ("" if none).
 std::vector<std::string> run_ranks(int size, const std::function<void(int)>& body) {
@@ -182,7 +182,7 @@ class ExactAverage : public ::testing::TestWithParam<AverageCase> {};
 TEST_P(ExactAverage, EveryRankEndsWithTheExactAverage) {
   const auto c = GetParam();
   auto group = std::make_shared<FakeGroup>(c.ranks);
-  const auto shapes = testing::random_layout(42 + c.ranks, 30, 1024, c.mixed);
+  const auto shapes = support::random_layout(42 + c.ranks, 30, 1024, c.mixed);
   expect_no_errors(run_ranks(c.ranks, [&](int rank) {
     Model m(shapes, !c.views);
     auto o = small_buckets();
@@ -207,7 +207,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, ExactAverage,
 TEST(GradSyncEngine, ParametersAreBroadcastFromRankZeroAndGradientViewsStartAtZero) {
   const int ranks = 3;
   auto group = std::make_shared<FakeGroup>(ranks);
-  const auto shapes = testing::random_layout(5, 20, 1024, true);
+  const auto shapes = support::random_layout(5, 20, 1024, true);
   expect_no_errors(run_ranks(ranks, [&](int rank) {
     Model m(shapes, false);
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -251,7 +251,7 @@ TEST(GradSyncEngine, AccumulationOverKStepsAveragesTheSums) {
     const int ranks = 3;
     const int k = 3;
     auto group = std::make_shared<FakeGroup>(ranks);
-    const auto shapes = testing::random_layout(77, 25, 1024, true);
+    const auto shapes = support::random_layout(77, 25, 1024, true);
     expect_no_errors(run_ranks(ranks, [&](int rank) {
       Model m(shapes, !views);
       auto o = small_buckets();
@@ -301,7 +301,7 @@ TEST(GradSyncEngine, CompressedAveragesStayWithinTheRoundingBound) {
       std::vector<Shape> shapes = {{1000, DataType::kFloat32}, {333, DataType::kFloat64},
                                    {0, DataType::kFloat32},    {77, DataType::kFloat16},
                                    {4001, DataType::kFloat32}, {65, DataType::kBFloat16}};
-      const auto value = testing::real_value;
+      const auto value = support::real_value;
       expect_no_errors(run_ranks(ranks, [&](int rank) {
         Model m(shapes, !views);
         auto o = small_buckets();
@@ -356,7 +356,7 @@ TEST(GradSyncEngine, CompressedAveragesStayWithinTheRoundingBound) {
 TEST(GradSyncEngine, CompressionOfIntegerValuedGradientsIsExact) {
   const int ranks = 4;
   auto group = std::make_shared<FakeGroup>(ranks);
-  const auto shapes = testing::random_layout(9, 20, 1024, true);
+  const auto shapes = support::random_layout(9, 20, 1024, true);
   expect_no_errors(run_ranks(ranks, [&](int rank) {
     Model m(shapes, true);
     auto o = small_buckets();
@@ -657,7 +657,7 @@ TEST(GradSyncEngine, StatsCoverTheLastSynchronizedStep) {
 TEST(GradSyncEngine, MarkReadyMayBeCalledFromSeveralThreads) {
   const int ranks = 2;
   auto group = std::make_shared<FakeGroup>(ranks);
-  const auto shapes = testing::random_layout(3, 64, 1024, false);
+  const auto shapes = support::random_layout(3, 64, 1024, false);
   expect_no_errors(run_ranks(ranks, [&](int rank) {
     Model m(shapes, true);
     GradSync sync(group->communicator(rank), m.parameters(true), small_buckets());

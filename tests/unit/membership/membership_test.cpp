@@ -104,7 +104,7 @@ TEST(Membership, OnATimeoutRankZeroTellsTheOthersWhoIsMissing) {
 }
 
 // Every request made through it, counted (thread-safe).
-class CountingStore : public slurmddp::testing::ForwardingStore {
+class CountingStore : public slurmddp::support::ForwardingStore {
  public:
   using ForwardingStore::ForwardingStore;
   int requests() const { return count_; }

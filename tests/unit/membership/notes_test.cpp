@@ -14,7 +14,7 @@
 namespace slurmddp::membership {
 namespace {
 
-using namespace testing;
+using namespace support;
 
 TEST(Notes, EncodeDecode) {
   Observation o;

@@ -24,7 +24,7 @@ using ::testing::HasSubstr;
 // group; returns what each rank threw ("" for none).
 std::vector<std::string> errors_on_ranks(
     int world, const std::function<void(std::shared_ptr<Communicator>, int)>& body) {
-  auto group = std::make_shared<testing::FakeGroup>(world);
+  auto group = std::make_shared<support::FakeGroup>(world);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
@@ -131,7 +131,7 @@ TEST(Checkpointer, DamagedFileStopsEveryRankNamingIt) {
     f.seekp(50);
     f.put('#');
   }
-  auto group = std::make_shared<testing::FakeGroup>(3);
+  auto group = std::make_shared<support::FakeGroup>(3);
   std::vector<std::string> errors(3);
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
@@ -166,7 +166,7 @@ TEST(Checkpointer, RankZerosPayloadIsVerifiedOnceAndItsDamageStopsEveryRank) {
     f.put('#');
   }
   auto load_all = [&] {
-    auto group = std::make_shared<testing::FakeGroup>(3);
+    auto group = std::make_shared<support::FakeGroup>(3);
     std::vector<std::string> errors(3);
     std::vector<std::thread> threads;
     for (int r = 0; r < 3; ++r) {
@@ -198,7 +198,7 @@ TEST(Checkpointer, RankZerosPayloadIsVerifiedOnceAndItsDamageStopsEveryRank) {
 // Files written before version 2 still load.
 TEST(Checkpointer, AVersionOneCheckpointLoads) {
   std::string dir = fresh("v1");
-  auto comm = std::make_shared<testing::FakeGroup>(1)->communicator(0);
+  auto comm = std::make_shared<support::FakeGroup>(1)->communicator(0);
   {
     Checkpointer c(comm, dir);
     c.save(8, sampler_of(0, 8), std::string("new"));
@@ -224,7 +224,7 @@ TEST(Checkpointer, AnotherWorldSizeIsRefused) {
     c.save(3, sampler_of(rank, 3), std::string("p"));
   });
   try {
-    Checkpointer c(std::make_shared<testing::FakeGroup>(1)->communicator(0), dir);
+    Checkpointer c(std::make_shared<support::FakeGroup>(1)->communicator(0), dir);
     c.load();
     FAIL();
   } catch (const Error& e) {
@@ -236,7 +236,7 @@ TEST(Checkpointer, AnotherWorldSizeIsRefused) {
 // (written by another program, say) is refused naming the file.
 TEST(Checkpointer, ASamplerStateThatDoesNotParseIsRefusedNamingTheFile) {
   std::string dir = fresh("sampler");
-  auto comm = std::make_shared<testing::FakeGroup>(1)->communicator(0);
+  auto comm = std::make_shared<support::FakeGroup>(1)->communicator(0);
   {
     Checkpointer c(comm, dir);
     c.save(6, sampler_of(0, 6), std::vector<float>{1.5f, 2.5f});

@@ -17,7 +17,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::shared_ptr<Communicator> solo() {
-  return std::make_shared<testing::FakeGroup>(1)->communicator(0);
+  return std::make_shared<support::FakeGroup>(1)->communicator(0);
 }
 
 std::string error_of(StopOptions o) {
@@ -184,7 +184,7 @@ TEST(StopSignal, AHandlerInstalledLaterStaysWhenTheStopSignalCloses) {
 }
 
 TEST(StopSignal, ChecksOnlyAtMultiplesOfCheckEvery) {
-  auto group = std::make_shared<testing::FakeGroup>(1);
+  auto group = std::make_shared<support::FakeGroup>(1);
   StopOptions o;
   o.check_every = 3;
   StopSignal stop(group->communicator(0), o);

@@ -20,7 +20,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
-using testing::eventually;
+using support::eventually;
 using ::testing::HasSubstr;
 
 Bytes B(const std::string& s) {

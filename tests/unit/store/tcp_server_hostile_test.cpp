@@ -20,12 +20,12 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
-using testing::closed_by_server;
-using testing::eventually;
-using testing::raw_authenticated;
-using testing::raw_connect;
-using testing::raw_handshake;
-using testing::send_all;
+using support::closed_by_server;
+using support::eventually;
+using support::raw_authenticated;
+using support::raw_connect;
+using support::raw_handshake;
+using support::send_all;
 namespace wire = store::wire;
 
 constexpr const char* kToken = "hostile-test-token";
@@ -172,7 +172,7 @@ TEST_F(Hostile, AFrameThatKeepsArrivingSlowlyIsNotCutOff) {
     pollfd none{-1, 0, 0};
     poll(&none, 0, 25);
   }
-  auto reply = testing::read_frame(fd.get(), seconds(5));
+  auto reply = support::read_frame(fd.get(), seconds(5));
   ASSERT_TRUE(reply);
   EXPECT_EQ(reply->type, wire::Type::kOk);
   EXPECT_EQ(reply->id, 5u);
@@ -274,7 +274,7 @@ TEST_F(Hostile, AWrongVersionOrUnknownRequestAfterTheHandshakeIsRefused) {
     store::Fd fd = raw_authenticated(server_->port(), kToken);
     const uint8_t frame[] = {0, 0, 0, 6, wire::kVersion, 99, 0, 0, 0, 1};
     ASSERT_TRUE(send_all(fd.get(), frame, sizeof frame));
-    auto reply = testing::read_frame(fd.get(), seconds(5));
+    auto reply = support::read_frame(fd.get(), seconds(5));
     ASSERT_TRUE(reply);
     EXPECT_EQ(reply->type, wire::Type::kError);
     EXPECT_TRUE(closed_by_server(fd.get(), seconds(5)));
@@ -298,7 +298,7 @@ TEST_F(Hostile, AWrongVersionOrUnknownRequestAfterTheHandshakeIsRefused) {
     w.i64(0);
     w.i64(1000);
     ASSERT_TRUE(send_all(fd.get(), w.finish()));
-    auto reply = testing::read_frame(fd.get(), seconds(5));
+    auto reply = support::read_frame(fd.get(), seconds(5));
     ASSERT_TRUE(reply);
     EXPECT_EQ(reply->type, wire::Type::kError);
     EXPECT_TRUE(closed_by_server(fd.get(), seconds(5)));
@@ -333,7 +333,7 @@ TEST_F(Hostile, AClientThatNeverReadsStopsBeingRead) {
   // Reading the replies lets it finish.
   uint64_t got = 0;
   while (got < 1000) {
-    auto r = testing::read_frame(fd.get(), seconds(10));
+    auto r = support::read_frame(fd.get(), seconds(10));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->type, wire::Type::kValue);
     ASSERT_EQ(r->id, got);
@@ -354,7 +354,7 @@ TEST_F(Hostile, TooManyParkedRequestsOnOneConnectionAreAnsweredBusy) {
     w.i64(60000);
     ASSERT_TRUE(send_all(fd.get(), w.finish()));
   }
-  auto r = testing::read_frame(fd.get(), seconds(5));
+  auto r = support::read_frame(fd.get(), seconds(5));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->type, wire::Type::kError);
   EXPECT_EQ(r->id, 4u);

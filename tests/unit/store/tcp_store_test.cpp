@@ -18,7 +18,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
-using testing::eventually;
+using support::eventually;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -211,16 +211,16 @@ TEST(TcpStore, AClientNeverProvesItselfToAServerThatCannotProveTheToken) {
   ASSERT_EQ(listen(fake.get(), 4), 0);
   auto impostor = std::async(std::launch::async, [&] {
     store::Fd c(accept(fake.get(), nullptr, nullptr));
-    auto hello = testing::read_frame(c.get(), seconds(5));
+    auto hello = support::read_frame(c.get(), seconds(5));
     store::wire::Writer w(store::wire::Type::kServerHello, 0);
     w.u8(1);
     auto nonce = store::auth::random_nonce();
     w.raw(nonce.data(), nonce.size());
     store::auth::Proof bogus{};
     w.raw(bogus.data(), bogus.size());
-    testing::send_all(c.get(), w.finish());
+    support::send_all(c.get(), w.finish());
     // What the client sends next: an abort, never its proof.
-    auto next = testing::read_frame(c.get(), seconds(5));
+    auto next = support::read_frame(c.get(), seconds(5));
     return next ? next->type : store::wire::Type::kError;
   });
   try {
@@ -236,18 +236,18 @@ TEST(TcpStore, AClientNeverProvesItselfToAServerThatCannotProveTheToken) {
 TEST(TcpStore, AReplayedHandshakeIsRefused) {
   auto server = start_server("replay-token");
   std::vector<uint8_t> recorded;
-  store::Fd first = testing::raw_authenticated(server->port(), "replay-token", &recorded);
+  store::Fd first = support::raw_authenticated(server->port(), "replay-token", &recorded);
   ASSERT_TRUE(first.valid());
   ASSERT_TRUE(eventually([&] { return server->stats().authenticated == 1; }));
   // The recorded hello and proof on a new connection: the server's nonce is
   // new, so the old proof does not match it.
-  store::Fd second = testing::raw_connect(server->port());
-  ASSERT_TRUE(testing::send_all(second.get(), recorded));
-  ASSERT_TRUE(testing::read_server_hello(second.get()));
-  auto answer = testing::read_frame(second.get(), seconds(5));
+  store::Fd second = support::raw_connect(server->port());
+  ASSERT_TRUE(support::send_all(second.get(), recorded));
+  ASSERT_TRUE(support::read_server_hello(second.get()));
+  auto answer = support::read_frame(second.get(), seconds(5));
   ASSERT_TRUE(answer);
   EXPECT_EQ(answer->type, store::wire::Type::kAuthRefused);
-  EXPECT_TRUE(testing::closed_by_server(second.get(), seconds(5)));
+  EXPECT_TRUE(support::closed_by_server(second.get(), seconds(5)));
   EXPECT_TRUE(eventually([&] { return server->stats().refused_wrong_token == 1; }));
   EXPECT_EQ(server->stats().authenticated, 1u);
 }
