@@ -94,16 +94,25 @@ def rank_env(rank, world, port, token="5eed" * 8, **extra):
     return env
 
 
-def start_ranks(script, ranks, world, port, args=(), **env_extra):
+def start_ranks(script, ranks, world, port, args=(), stderr_dir=None, **env_extra):
     """Starts `script` (a file next to this one) as the given ranks; returns
-    {rank: Popen} with stdin/stdout/stderr pipes."""
+    {rank: Popen} with stdin/stdout/stderr pipes. With `stderr_dir`, rank r's
+    stderr goes to <stderr_dir>/rank<r>.err instead (to read while the ranks
+    run) and its stdout is dropped."""
     here = os.path.dirname(os.path.abspath(__file__))
     procs = {}
     for r in ranks:
-        procs[r] = subprocess.Popen(
-            [sys.executable, os.path.join(here, script), *map(str, args)],
-            env=rank_env(r, world, port, **env_extra), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out = err = subprocess.PIPE
+        if stderr_dir is not None:
+            out, err = subprocess.DEVNULL, open(os.path.join(stderr_dir, f"rank{r}.err"), "w")
+        try:
+            procs[r] = subprocess.Popen(
+                [sys.executable, os.path.join(here, script), *map(str, args)],
+                env=rank_env(r, world, port, **env_extra), stdin=subprocess.PIPE,
+                stdout=out, stderr=err, text=True)
+        finally:
+            if stderr_dir is not None:
+                err.close()  # the child has its own descriptor
     return procs
 
 
