@@ -23,6 +23,7 @@
 #include "rank_launcher.h"
 #include "slurmddp/tcp_store.h"
 #include "subprocess.h"
+#include "time_scale.h"
 
 namespace {
 
@@ -229,7 +230,7 @@ TEST_P(KillOneRank, EveryOtherRankFailsWithinTheTimeoutNamingIt) {
     EXPECT_TRUE(res.text.find("lost peer rank " + victim) != std::string::npos ||
                 res.text.find("missing=[" + victim + "]") != std::string::npos)
         << "rank " << r << ": " << res.text;
-    EXPECT_LE(res.at_ms - killed_at, kTimeout.count())
+    EXPECT_LE(res.at_ms - killed_at, slurmddp::support::scaled(kTimeout).count())
         << "rank " << r << " failed " << res.at_ms - killed_at << " ms after the kill";
   }
 }
@@ -260,7 +261,7 @@ TEST_P(StopOneRank, EveryOtherRankTimesOutNamingIt) {
         << "rank " << r << ": " << res.text;
     EXPECT_NE(res.text.find("missing=[" + victim + "]"), std::string::npos) << res.text;
     // Gloo's timeout, then at most the diagnosis window (a quarter of it).
-    EXPECT_LE(res.at_ms - stopped_at, kTimeout.count() * 2)
+    EXPECT_LE(res.at_ms - stopped_at, slurmddp::support::scaled(kTimeout).count() * 2)
         << "rank " << r << " failed " << res.at_ms - stopped_at << " ms after the stop";
   }
   g.rank(fc.victim).kill_now();
@@ -334,7 +335,7 @@ TEST_P(KillInTiers, EveryOtherRankFailsNamingItAndNothingIsLeft) {
       EXPECT_TRUE(res.text.find("lost peer rank " + victim) != std::string::npos ||
                   res.text.find("missing=[" + victim + "]") != std::string::npos)
           << "rank " << r << ": " << res.text;
-      EXPECT_LE(res.at_ms - killed_at, kTimeout.count())
+      EXPECT_LE(res.at_ms - killed_at, slurmddp::support::scaled(kTimeout).count())
           << "rank " << r << " failed " << res.at_ms - killed_at << " ms after the kill";
     }
   }
@@ -415,7 +416,7 @@ TEST(CommMultiproc, AtScaleARankThatNeverStartsIsNamedByEveryOther) {
     EXPECT_NE(res.text.find("127/128 ranks joined; missing: [77]"), std::string::npos)
         << "rank " << r << ": " << res.text;
     // The join's timeout, and a margin for 127 processes on two cores.
-    EXPECT_LE(res.at_ms - std::stoll(started.substr(6)), 5000 + 10000)
+    EXPECT_LE(res.at_ms - std::stoll(started.substr(6)), slurmddp::support::scaled(5000.0 + 10000))
         << "rank " << r << " failed late";
   }
 }

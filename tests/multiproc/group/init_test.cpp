@@ -15,6 +15,7 @@
 #include "loopback_port.h"
 #include "plugin_env.h"
 #include "process.h"
+#include "time_scale.h"
 
 namespace slurmddp {
 namespace {
@@ -80,7 +81,7 @@ TEST(InitMultiproc, NcclBackendWithoutVisibleDeviceSaysWhy) {
     EXPECT_THAT(err, HasSubstr("CUDA_VISIBLE_DEVICES='-1'"));
     EXPECT_THAT(err, HasSubstr("SLURMDDP_LOCAL_DEVICE='" + std::to_string(r) + "'"));
     EXPECT_THAT(err, HasSubstr("SLURMDDP_BACKEND=gloo"));
-    EXPECT_LT(ranks[r]->ran(), 10s);
+    EXPECT_LT(ranks[r]->ran(), support::scaled(10s));
   }
 }
 
@@ -125,7 +126,7 @@ TEST(InitMultiproc, RanksThatChoseDifferentBackendsFailAtOnceNamingBoth) {
                                "backend: rank 0 on "));
     EXPECT_THAT(err, ::testing::ContainsRegex("has backend=gloo \\(auto: [^)]+\\), rank 1 on "));
     EXPECT_THAT(err, HasSubstr("has backend=nccl (SLURMDDP_BACKEND=nccl); 1 of 3 ranks differ"));
-    EXPECT_LT(ranks[r]->ran(), 20s) << "waited for the 60 s timeout";
+    EXPECT_LT(ranks[r]->ran(), support::scaled(20s)) << "waited for the 60 s timeout";
   }
 }
 
@@ -283,7 +284,7 @@ TEST(InitMultiproc, MissingRankIsNamedWithinTheTimeout) {
     ASSERT_TRUE(code.has_value()) << "hung";
     EXPECT_NE(*code, 0);
     EXPECT_THAT(p->stderr_text(), HasSubstr("3/4 ranks joined; missing: [2]"));
-    EXPECT_LT(p->ran(), 10s);
+    EXPECT_LT(p->ran(), support::scaled(10s));
   }
 }
 
@@ -325,7 +326,7 @@ TEST(InitMultiproc, UnreachableStoreNamesHostAndPort) {
   ASSERT_TRUE(c1.has_value()) << "hung";
   EXPECT_NE(*c1, 0);
   EXPECT_THAT(r1->stderr_text(), HasSubstr("127.0.0.1:" + std::to_string(port)));
-  EXPECT_LT(r1->ran(), 8s);
+  EXPECT_LT(r1->ran(), support::scaled(8s));
 }
 
 TEST(InitMultiproc, BadTimeoutVariableIsNamed) {

@@ -15,6 +15,7 @@
 #include "loopback_port.h"
 #include "plugin_env.h"
 #include "process.h"
+#include "time_scale.h"
 
 namespace slurmddp {
 namespace {
@@ -113,7 +114,7 @@ TEST(StopMultiproc, ADeadRankFailsTheOthersWithinTheTimeoutNamingIt) {
     auto code = ranks[r]->wait(30s);
     EXPECT_EQ(code, 1) << "rank " << r;
     EXPECT_THAT(ranks[r]->stderr_text(), HasSubstr("rank 1")) << "rank " << r;
-    EXPECT_LT(ranks[r]->ran(), 25s) << "rank " << r;
+    EXPECT_LT(ranks[r]->ran(), support::scaled(25s)) << "rank " << r;
   }
 }
 

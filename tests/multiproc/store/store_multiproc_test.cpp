@@ -15,6 +15,7 @@
 #include "process.h"
 #include "rank_args.h"
 #include "raw_client.h"
+#include "time_scale.h"
 
 namespace slurmddp {
 namespace {
@@ -117,7 +118,7 @@ TEST(StoreFailures, ARankThatNeverStartsIsNamed) {
     ASSERT_EQ(code, std::optional<int>(2)) << p->stderr_text();
     EXPECT_EQ(p->stderr_text(),
               "error timeout: store barrier 'init': 3/4 ranks joined; missing: [2]\n");
-    EXPECT_LT(p->ran(), milliseconds(2000 + 3000));
+    EXPECT_LT(p->ran(), support::scaled(milliseconds(2000 + 3000)));
   }
 }
 
@@ -232,7 +233,7 @@ TEST(StoreFailures, AClosedPortIsNamedWithinTheTimeout) {
               HasSubstr("error timeout: store: failed to connect to server "
                         "127.0.0.1:" +
                         std::to_string(port) + ": Connection refused; tried for 1."));
-  EXPECT_LT(r->ran(), milliseconds(1000 + 2000));
+  EXPECT_LT(r->ran(), support::scaled(milliseconds(1000 + 2000)));
 }
 
 TEST(StoreFailures, KillingTheServerFailsEveryWaitingClientNamingIt) {
@@ -404,7 +405,7 @@ TEST(HostileClients, RunningOutOfFileDescriptorsDoesNotStopTheServer) {
   // Long before the flood's deadline (60 s), a rank gets through.
   auto r = rank(0, 1, port, 10000, {{"SLURMDDP_TOKEN", token}});
   ASSERT_EQ(r->wait(seconds(20)), std::optional<int>(0)) << r->stderr_text();
-  EXPECT_LT(r->ran(), seconds(5));
+  EXPECT_LT(r->ran(), support::scaled(seconds(5)));
   s = server_stats(*server);
   EXPECT_EQ(s["authenticated"], 1u);
   EXPECT_EQ(s["handshake_timeout"], 0u);

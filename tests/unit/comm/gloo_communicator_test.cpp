@@ -13,6 +13,7 @@
 
 #include "collective_values.h"
 #include "slurmddp/error.h"
+#include "time_scale.h"
 
 namespace slurmddp {
 namespace {
@@ -500,7 +501,8 @@ TEST(LazyMesh, ARankThatNeverGetsThereIsNamedWithinTheTimeout) {
     EXPECT_NE(e.find("gloo: failed to allreduce 1048579 float32 (sum), op #2: "), std::string::npos)
         << "rank " << r << ": " << e;
     EXPECT_NE(e.find("missing=[2]"), std::string::npos) << "rank " << r << ": " << e;
-    EXPECT_LT(seconds[static_cast<size_t>(r)], 2.0 * 2 + 1) << "within the timeout: " << e;
+    EXPECT_LT(seconds[static_cast<size_t>(r)], support::scaled(2.0 * 2 + 1))
+        << "within the timeout: " << e;
   }
 }
 
@@ -536,7 +538,7 @@ TEST_P(DestroyedPeer, IsNamedAndBreaksLaterOps) {
               std::string::npos)
         << "rank " << r << ": " << e;
     EXPECT_NE(e.find("peer=2"), std::string::npos) << e;
-    EXPECT_LT(seconds[static_cast<size_t>(r)], 4.0) << "within the timeout";
+    EXPECT_LT(seconds[static_cast<size_t>(r)], support::scaled(4.0)) << "within the timeout";
     EXPECT_EQ(later[static_cast<size_t>(r)], e) << "later operations rethrow the same error";
   }
 }

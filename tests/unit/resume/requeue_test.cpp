@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "slurmddp/error.h"
+#include "time_scale.h"
 
 namespace slurmddp {
 namespace {
@@ -98,7 +99,7 @@ TEST(Requeue, AScontrolThatDoesNotAnswerIsKilledAtTheDeadline) {
                                     "(SLURMDDP_REQUEUE_TIMEOUT); it was killed"));
     EXPECT_THAT(e.what(), HasSubstr("exit with 75"));
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, support::scaled(std::chrono::seconds(10)));
 
   setenv(kRequeueTimeoutVariable, "soon", 1);
   try {

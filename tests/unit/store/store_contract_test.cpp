@@ -14,6 +14,7 @@
 #include "slurmddp/store.h"
 #include "slurmddp/tcp_store.h"
 #include "slurmddp/tcp_store_server.h"
+#include "time_scale.h"
 
 namespace slurmddp {
 namespace {
@@ -149,14 +150,14 @@ TEST_P(StoreContract, GetTimesOutNamingTheKey) {
   }
   auto took = steady_clock::now() - start;
   EXPECT_GE(took, milliseconds(200));
-  EXPECT_LT(took, milliseconds(2200));
+  EXPECT_LT(took, support::scaled(milliseconds(2200)));
 }
 
 TEST_P(StoreContract, ZeroTimeoutChecksOnce) {
   auto start = steady_clock::now();
   EXPECT_THROW(store_->get("absent", milliseconds(0)), TimeoutError);
   EXPECT_THROW(store_->wait({"absent"}, milliseconds(0)), TimeoutError);
-  EXPECT_LT(steady_clock::now() - start, milliseconds(1000));
+  EXPECT_LT(steady_clock::now() - start, support::scaled(milliseconds(1000)));
   store_->set("present", B("v"));
   EXPECT_EQ(store_->get("present", milliseconds(0)), B("v"));
   store_->wait({"present"}, milliseconds(0));
@@ -339,7 +340,7 @@ TEST_P(StoreContract, ABlockedGetDoesNotHoldUpOtherThreadsOfTheSameStore) {
     store_->set("busy", B(std::to_string(i)));
     EXPECT_EQ(store_->get("busy", milliseconds(0)), B(std::to_string(i)));
   }
-  EXPECT_LT(steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_LT(steady_clock::now() - start, support::scaled(std::chrono::seconds(5)));
   store_->set("late", B("done"));
   EXPECT_EQ(blocked.get(), B("done"));
 }
@@ -400,7 +401,7 @@ TEST_P(StoreContract, BarrierTimeoutNamesTheMissingRank) {
   for (const auto& m : barrier_errors(*world_, {0, 1, 3}, 4)) {
     EXPECT_EQ(m, "store barrier 'init': 3/4 ranks joined; missing: [2]");
   }
-  EXPECT_LT(steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_LT(steady_clock::now() - start, support::scaled(std::chrono::seconds(5)));
 }
 
 TEST_P(StoreContract, BarrierTimeoutListsManyMissingRanksAsRanges) {

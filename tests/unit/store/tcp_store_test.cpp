@@ -11,6 +11,7 @@
 #include "raw_client.h"
 #include "slurmddp/error.h"
 #include "slurmddp/tcp_store_server.h"
+#include "time_scale.h"
 
 namespace slurmddp {
 namespace {
@@ -107,7 +108,7 @@ TEST(TcpStore, ARefusedPortFailsWithinTheTimeoutNamingHostAndPort) {
   }
   auto took = steady_clock::now() - start;
   EXPECT_GE(took, milliseconds(600));
-  EXPECT_LT(took, milliseconds(1600));
+  EXPECT_LT(took, support::scaled(milliseconds(1600)));
 }
 
 TEST(TcpStore, AServerThatNeverAnswersTimesOutNamingHostAndPort) {
@@ -124,7 +125,7 @@ TEST(TcpStore, AServerThatNeverAnswersTimesOutNamingHostAndPort) {
                 HasSubstr("store: failed to connect to server 127.0.0.1:" + std::to_string(port) +
                           ": the server accepted the connection but sent no handshake"));
   }
-  EXPECT_LT(steady_clock::now() - start, milliseconds(1500));
+  EXPECT_LT(steady_clock::now() - start, support::scaled(milliseconds(1500)));
 }
 
 TEST(TcpStore, TheClientRetriesUntilTheServerIsUp) {
@@ -271,7 +272,7 @@ TEST(TcpStore, ClientsBlockedInGetFailWithPeerErrorWhenTheServerStops) {
                                       std::to_string(port) + ": the server closed the connection"));
     }
   }
-  EXPECT_LT(steady_clock::now() - start, seconds(2));
+  EXPECT_LT(steady_clock::now() - start, support::scaled(seconds(2)));
   // Every later call fails the same way, at once.
   EXPECT_THROW(a->set("k", B("v")), PeerError);
 }
@@ -298,7 +299,7 @@ TEST(TcpStore, TheHostLingersWhileClientsAskAndNotForASilentOne) {
   // ...and then only the silent one is left: one quiet period, not the linger.
   start = steady_clock::now();
   EXPECT_FALSE(server->drain(seconds(20), milliseconds(150)));
-  EXPECT_LT(steady_clock::now() - start, seconds(5));
+  EXPECT_LT(steady_clock::now() - start, support::scaled(seconds(5)));
   silent.reset();
   EXPECT_TRUE(server->drain(seconds(20), seconds(10)));
 }
