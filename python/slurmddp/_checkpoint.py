@@ -116,6 +116,22 @@ def _agree_or_raise(error: Optional[Exception], rank: int, world: int, group: Op
     raise _core.Error(f"{what} failed on another rank: {why}")
 
 
+def _start_save(who: str, checkpointer: Any, step: int) -> Tuple[int, int, Optional[Any], str]:
+    """The opening of Checkpointer.save and ShardedCheckpointer.save: `step`
+    checked, the directory claimed (Note [Run identity]), step-<step> made and
+    its old COMPLETE removed by rank 0 (Note [Saving a step again]). Returns
+    (rank, world, group, step directory)."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise _core.InvalidArgument(f"{who}.save: step={step!r}; expected an integer >= 0")
+    rank, world, group = checkpointer._world()
+    checkpointer._claim.ensure(rank, world, group, f"{who}.save")
+    sdir = os.path.join(checkpointer.dir, f"step-{step}")
+    _core.make_private_dirs(sdir)
+    if rank == 0:
+        _unmark_complete(sdir)
+    return rank, world, group, sdir
+
+
 class _RunClaim:
     """Note [Run identity] (runtime/resume/run_record.h): rank 0 claims a
     per-job directory for this run, once, before the first save or load reads
@@ -375,15 +391,7 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, *, sampler: Any = None) -> str:
         """Writes checkpoint ``step`` (collective; see the class). Returns its directory."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise _core.InvalidArgument(f"Checkpointer.save: step={step!r}; expected an "
-                                        f"integer >= 0")
-        rank, world, group = self._world()
-        self._claim.ensure(rank, world, group, "Checkpointer.save")
-        sdir = os.path.join(self.dir, f"step-{step}")
-        _core.make_private_dirs(sdir)
-        if rank == 0:
-            _unmark_complete(sdir)  # Note [Saving a step again]
+        rank, world, group, sdir = _start_save("Checkpointer", self, step)
         writer: Optional[_core.CheckpointWriter] = None
         error: Optional[Exception] = None
         try:

@@ -54,7 +54,7 @@ from ._checkpoint import (
     _refusals,
     _sampler_state,
     _sampler_text,
-    _unmark_complete,
+    _start_save,
 )
 from ._collectives import _broadcast_steps, _cpu_group
 from ._requeue import restart_count, run_id
@@ -139,15 +139,7 @@ class ShardedCheckpointer:
 
     def save(self, step: int, state: Dict[str, Any], *, sampler: Any = None) -> str:
         """Writes checkpoint ``step`` (collective). Returns its directory."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise _core.InvalidArgument(f"ShardedCheckpointer.save: step={step!r}; expected an "
-                                        f"integer >= 0")
-        rank, world, group = self._world()
-        self._claim.ensure(rank, world, group, "ShardedCheckpointer.save")
-        sdir = os.path.join(self.dir, f"step-{step}")
-        _core.make_private_dirs(sdir)
-        if rank == 0:
-            _unmark_complete(sdir)  # Note [Saving a step again]
+        rank, world, group, sdir = _start_save("ShardedCheckpointer", self, step)
         error: Optional[Exception] = None
         sampler_text = ""
         try:
