@@ -75,6 +75,9 @@ def requeue_and_exit(group: Optional[Any] = None) -> None:
     says why on stderr and the ranks still exit with ``EXIT_REQUEUE``, so a
     batch script or ``RequeueExit=75`` can requeue instead.
     """
+    # The requeue ends the step: what this rank printed goes out first.
+    sys.stdout.flush()
+    sys.stderr.flush()
     distributed = dist.is_available() and dist.is_initialized()
     if not distributed or dist.get_rank() == 0:
         _requeue_or_say_why()

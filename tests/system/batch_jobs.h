@@ -65,17 +65,19 @@ inline std::string submit(const std::string& dir, const std::string& script,
 
 // Slurm holds a requeued batch job back (Reason=BeginTime, about two minutes
 // here) before it may start again; once the job is pending and its output
-// shows `stopped` (the ranks' stop line), the test lets it start at once.
-// `also` adds more of the job's fields to that update (e.g. "TimeLimit=10").
+// (`log` in `dir`) shows `stopped` (the ranks' stop line), the test lets it
+// start at once. `also` adds more of the job's fields to that update (e.g.
+// "TimeLimit=10").
 inline void release_after_requeue(const std::string& id, const std::string& dir,
-                                  const std::string& stopped, const std::string& also = "") {
+                                  const std::string& stopped, const std::string& also = "",
+                                  const std::string& log = "out.txt") {
   ASSERT_TRUE(poll_until(std::chrono::seconds(120),
                          [&] {
                            return job_state(id) == "PENDING" &&
-                                  slurp(dir + "/out.txt").find(stopped) != std::string::npos;
+                                  slurp(dir + "/" + log).find(stopped) != std::string::npos;
                          }))
       << job_state(id) << "\n"
-      << slurp(dir + "/out.txt");
+      << slurp(dir + "/out.txt") << (log == "out.txt" ? "" : slurp(dir + "/" + log));
   Result r = run("scontrol update JobId=" + id + " StartTime=now " + also);
   EXPECT_EQ(r.rc, 0) << r.err;
 }
