@@ -19,6 +19,7 @@
 #include "grad_sync/bucket_plan.h"
 #include "grad_sync/cast.h"
 #include "grad_sync/device.h"
+#include "rank_threads.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "test_values.h"
@@ -120,21 +121,12 @@ class CudaFacade final : public Communicator {
   std::shared_ptr<Communicator> host_;
 };
 
+// The ranks as threads, all on device 0 (the current device is per thread).
 std::vector<std::string> run_ranks(int size, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(static_cast<size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        cuda_or_throw(cudaSetDevice(0), "cudaSetDevice");
-        body(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  return on_rank_threads(size, [&](int r) {
+    cuda_or_throw(cudaSetDevice(0), "cudaSetDevice");
+    body(r);
+  });
 }
 
 std::vector<size_t> shuffled(size_t n, uint64_t seed) {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "collective_values.h"
+#include "rank_threads.h"
 #include "slurmddp/error.h"
 #include "time_scale.h"
 
@@ -51,22 +52,10 @@ void run_group(int size, const std::function<void(Communicator&)>& body,
                std::chrono::milliseconds timeout = 30s) {
   auto store = make_in_process_store();
   const std::string prefix = unique_prefix();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = make_gloo_communicator(options_for(r, size, store, prefix, timeout));
-        body(*comm);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r) {
-    EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
-  }
+  support::expect_no_rank_errors(support::on_rank_threads(size, [&](int r) {
+    auto comm = make_gloo_communicator(options_for(r, size, store, prefix, timeout));
+    body(*comm);
+  }));
 }
 
 const std::vector<size_t> kCounts = {0, 1, 1001, 100003, 1048579};
@@ -293,36 +282,19 @@ TEST(GlooCommunicator, BadInterfaceIsNamed) {
 
 TEST(GlooCommunicator, MissingRankIsNamedAtSetup) {
   auto store = make_in_process_store();
-  std::vector<std::string> errors(3);
-  std::vector<std::thread> threads;
-  for (int r : {0, 1, 3}) {  // rank 2 never starts
-    threads.emplace_back([&, r] {
-      try {
-        make_gloo_communicator(options_for(r, 4, store, "missing", 1500ms));
-      } catch (const TimeoutError& e) {
-        errors[static_cast<size_t>(r == 3 ? 2 : r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  // rank 2 never starts
+  const auto errors = support::on_rank_threads({0, 1, 3}, [&](int r) {
+    make_gloo_communicator(options_for(r, 4, store, "missing", 1500ms));
+  });
   for (const auto& e : errors)
     EXPECT_NE(e.find("3/4 ranks joined; missing: [2]"), std::string::npos) << e;
 }
 
 TEST(GlooCommunicator, WorldSizeMismatchNamesBothValues) {
   auto store = make_in_process_store();
-  std::vector<std::string> errors(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        make_gloo_communicator(options_for(r, r == 2 ? 4 : 3, store, "mismatch", 5s));
-      } catch (const InvalidArgument& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto errors = support::on_rank_threads(3, [&](int r) {
+    make_gloo_communicator(options_for(r, r == 2 ? 4 : 3, store, "mismatch", 5s));
+  });
   EXPECT_NE(errors[2].find("rank 2 has size=4, rank 0 has size=3"), std::string::npos) << errors[2];
   for (int r : {0, 1}) {
     EXPECT_NE(errors[static_cast<size_t>(r)].find(
@@ -429,32 +401,23 @@ TEST(LazyMesh, TheEventLoopMeshWaitsForTheFirstLargeOperation) {
   auto store = make_in_process_store();
   const std::string prefix = unique_prefix();
   const std::string async_record = prefix + "/1/async/0";
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(3);
   std::vector<int> before(3, -1), after(3, -1);
   std::atomic<int> arrived{0};
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto c = make_gloo_communicator(options_for(r, 3, store, prefix, 10s));
-        std::vector<float> small(1001, 1.0f), large(1048579, 1.0f);
-        c->allreduce(small.data(), small.size(), DataType::kFloat32, ReduceOp::kSum)
-            ->wait(c->timeout());
-        c->barrier()->wait(c->timeout());
-        before[static_cast<size_t>(r)] = store->check({async_record}) ? 1 : 0;
-        c->barrier()->wait(c->timeout());
-        c->allreduce(large.data(), large.size(), DataType::kFloat32, ReduceOp::kSum)
-            ->wait(c->timeout());
-        after[static_cast<size_t>(r)] = store->check({async_record}) ? 1 : 0;
-        EXPECT_EQ(large.front(), 3.0f);
-        EXPECT_EQ(large.back(), 3.0f);
-        ++arrived;
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto errors = support::on_rank_threads(3, [&](int r) {
+    auto c = make_gloo_communicator(options_for(r, 3, store, prefix, 10s));
+    std::vector<float> small(1001, 1.0f), large(1048579, 1.0f);
+    c->allreduce(small.data(), small.size(), DataType::kFloat32, ReduceOp::kSum)
+        ->wait(c->timeout());
+    c->barrier()->wait(c->timeout());
+    before[static_cast<size_t>(r)] = store->check({async_record}) ? 1 : 0;
+    c->barrier()->wait(c->timeout());
+    c->allreduce(large.data(), large.size(), DataType::kFloat32, ReduceOp::kSum)
+        ->wait(c->timeout());
+    after[static_cast<size_t>(r)] = store->check({async_record}) ? 1 : 0;
+    EXPECT_EQ(large.front(), 3.0f);
+    EXPECT_EQ(large.back(), 3.0f);
+    ++arrived;
+  });
   for (size_t r = 0; r < 3; ++r) {
     EXPECT_EQ(errors[r], "") << "rank " << r;
     EXPECT_EQ(before[r], 0) << "rank " << r << ": the event-loop mesh before a large operation";

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "rank_threads.h"
 #include "slurmddp/error.h"
 #include "slurmddp/store.h"
 
@@ -48,22 +49,8 @@ std::shared_ptr<gloo::transport::Device> loopback_device() {
   return gloo::transport::tcp::CreateDevice(attr);
 }
 
-// Runs `body(rank)` for ranks 0..n-1, each on its own thread; each one's error.
-std::vector<std::string> on_rank_threads(int n, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
+using support::expect_no_rank_errors;
+using support::on_rank_threads;
 
 // Rank 1 of 4 lists ranks 0, 2 and 3: each reads its own entry back, as the
 // same address (bytes and all) that rank 1 listens on for it.
@@ -158,29 +145,20 @@ TEST(MeshContext, ConnectsEveryPairOverTheStore) {
       EXPECT_EQ(c->endpoints()[static_cast<size_t>(j)].size(), 2u);
     }
   });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  expect_no_rank_errors(errors);
 }
 
 // A rank that never publishes its record: the others fail within the timeout,
 // naming the record they waited for.
 TEST(MeshContext, AMissingRankFailsTheOthersNamingItsRecord) {
   auto store = make_in_process_store();
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        gloo::transport::tcp::attr attr;
-        attr.hostname = "127.0.0.1";
-        auto device = gloo::transport::tcp::CreateDevice(attr);
-        MeshContext c(r, 3, std::chrono::milliseconds(500));
-        c.connect(*store, "mesh/", device);
-      } catch (const TimeoutError& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto errors = on_rank_threads(2, [&](int r) {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    MeshContext c(r, 3, std::chrono::milliseconds(500));
+    c.connect(*store, "mesh/", device);
+  });
   for (const auto& e : errors) EXPECT_NE(e.find("mesh/2"), std::string::npos) << e;
 }
 
@@ -257,7 +235,7 @@ TEST(MeshContext, ARingRunsGloosAllreduce) {
       }
     }
   });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  expect_no_rank_errors(errors);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "rank_threads.h"
 #include "slurmddp/communicator.h"
 #include "slurmddp/error.h"
 #include "slurmddp/gloo_communicator.h"
@@ -35,26 +36,16 @@ std::vector<std::string> on_ranks(int size, std::chrono::milliseconds timeout,
   auto store = make_in_process_store();
   static int group = 0;
   const std::string prefix = "typed/" + std::to_string(group++);
-  std::vector<std::string> errors(static_cast<size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        GlooOptions o;
-        o.rank = r;
-        o.size = size;
-        o.store = store;
-        o.prefix = prefix;
-        o.timeout = timeout;
-        auto comm = make_gloo_communicator(o);
-        body(*comm);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  return support::on_rank_threads(size, [&](int r) {
+    GlooOptions o;
+    o.rank = r;
+    o.size = size;
+    o.store = store;
+    o.prefix = prefix;
+    o.timeout = timeout;
+    auto comm = make_gloo_communicator(o);
+    body(*comm);
+  });
 }
 
 TEST(TypedApi, TheTypeFollowsFromThePointer) {

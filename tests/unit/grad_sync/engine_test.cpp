@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "fake_group.h"
+#include "rank_threads.h"
 #include "slurmddp/error.h"
 #include "slurmddp/grad_sync.h"
 #include "test_values.h"
@@ -28,26 +29,8 @@ using support::set_value;
 using support::Shape;
 using ::testing::HasSubstr;
 
-// Runs body(rank) on `size` threads; returns each rank's exception text ("" if none).
-std::vector<std::string> run_ranks(int size, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(static_cast<size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-void expect_no_errors(const std::vector<std::string>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
+using support::expect_no_rank_errors;
+using support::on_rank_threads;
 
 GradSyncOptions small_buckets() {
   GradSyncOptions o;
@@ -183,7 +166,7 @@ TEST_P(ExactAverage, EveryRankEndsWithTheExactAverage) {
   const auto c = GetParam();
   auto group = std::make_shared<FakeGroup>(c.ranks);
   const auto shapes = support::random_layout(42 + c.ranks, 30, 1024, c.mixed);
-  expect_no_errors(run_ranks(c.ranks, [&](int rank) {
+  expect_no_rank_errors(on_rank_threads(c.ranks, [&](int rank) {
     Model m(shapes, !c.views);
     auto o = small_buckets();
     o.gradient_as_bucket_view = c.views;
@@ -208,7 +191,7 @@ TEST(GradSyncEngine, ParametersAreBroadcastFromRankZeroAndGradientViewsStartAtZe
   const int ranks = 3;
   auto group = std::make_shared<FakeGroup>(ranks);
   const auto shapes = support::random_layout(5, 20, 1024, true);
-  expect_no_errors(run_ranks(ranks, [&](int rank) {
+  expect_no_rank_errors(on_rank_threads(ranks, [&](int rank) {
     Model m(shapes, false);
     for (size_t i = 0; i < shapes.size(); ++i) {
       for (size_t k = 0; k < shapes[i].count; ++k) {
@@ -234,7 +217,7 @@ TEST(GradSyncEngine, ParametersAreBroadcastFromRankZeroAndGradientViewsStartAtZe
 
 TEST(GradSyncEngine, WithoutBroadcastParametersAreLeftAlone) {
   auto group = std::make_shared<FakeGroup>(2);
-  expect_no_errors(run_ranks(2, [&](int rank) {
+  expect_no_rank_errors(on_rank_threads(2, [&](int rank) {
     Model m(f32_layout({3}), true);
     static_cast<float*>(static_cast<void*>(m.data[0].data()))[0] = static_cast<float>(rank + 5);
     auto o = small_buckets();
@@ -252,7 +235,7 @@ TEST(GradSyncEngine, AccumulationOverKStepsAveragesTheSums) {
     const int k = 3;
     auto group = std::make_shared<FakeGroup>(ranks);
     const auto shapes = support::random_layout(77, 25, 1024, true);
-    expect_no_errors(run_ranks(ranks, [&](int rank) {
+    expect_no_rank_errors(on_rank_threads(ranks, [&](int rank) {
       Model m(shapes, !views);
       auto o = small_buckets();
       o.gradient_as_bucket_view = views;
@@ -302,7 +285,7 @@ TEST(GradSyncEngine, CompressedAveragesStayWithinTheRoundingBound) {
                                    {0, DataType::kFloat32},    {77, DataType::kFloat16},
                                    {4001, DataType::kFloat32}, {65, DataType::kBFloat16}};
       const auto value = support::real_value;
-      expect_no_errors(run_ranks(ranks, [&](int rank) {
+      expect_no_rank_errors(on_rank_threads(ranks, [&](int rank) {
         Model m(shapes, !views);
         auto o = small_buckets();
         o.gradient_as_bucket_view = views;
@@ -357,7 +340,7 @@ TEST(GradSyncEngine, CompressionOfIntegerValuedGradientsIsExact) {
   const int ranks = 4;
   auto group = std::make_shared<FakeGroup>(ranks);
   const auto shapes = support::random_layout(9, 20, 1024, true);
-  expect_no_errors(run_ranks(ranks, [&](int rank) {
+  expect_no_rank_errors(on_rank_threads(ranks, [&](int rank) {
     Model m(shapes, true);
     auto o = small_buckets();
     o.compression = Compression::kBFloat16;
@@ -377,7 +360,7 @@ std::vector<std::string> construct_all(int ranks,
                                        const std::function<std::vector<Shape>(int)>& shapes_of,
                                        const std::function<GradSyncOptions(int)>& options_of) {
   auto group = std::make_shared<FakeGroup>(ranks);
-  return run_ranks(ranks, [&](int rank) {
+  return on_rank_threads(ranks, [&](int rank) {
     Model m(shapes_of(rank), true);
     GradSync sync(group->communicator(rank), m.parameters(true), options_of(rank));
   });
@@ -459,7 +442,7 @@ TEST(GradSyncLayoutCheck, DifferentBucketOptionsAreNamed) {
 
 TEST(GradSyncLayoutCheck, ARankRefusingItsParametersFailsEveryRankWithoutAHang) {
   auto group = std::make_shared<FakeGroup>(3);
-  const auto errors = run_ranks(3, [&](int rank) {
+  const auto errors = on_rank_threads(3, [&](int rank) {
     Model m(f32_layout({5, 6, 7}), true);
     auto params = m.parameters(true);
     if (rank == 1) params[2].grad = nullptr;
@@ -474,7 +457,7 @@ TEST(GradSyncLayoutCheck, ARankRefusingItsParametersFailsEveryRankWithoutAHang) 
 
 TEST(GradSyncLayoutCheck, NamesMayDifferBetweenRanks) {
   auto group = std::make_shared<FakeGroup>(2);
-  expect_no_errors(run_ranks(2, [&](int rank) {
+  expect_no_rank_errors(on_rank_threads(2, [&](int rank) {
     Model m(f32_layout({5, 6}), true);
     auto params = m.parameters(true);
     params[0].name = "rank" + std::to_string(rank);
@@ -658,7 +641,7 @@ TEST(GradSyncEngine, MarkReadyMayBeCalledFromSeveralThreads) {
   const int ranks = 2;
   auto group = std::make_shared<FakeGroup>(ranks);
   const auto shapes = support::random_layout(3, 64, 1024, false);
-  expect_no_errors(run_ranks(ranks, [&](int rank) {
+  expect_no_rank_errors(on_rank_threads(ranks, [&](int rank) {
     Model m(shapes, true);
     GradSync sync(group->communicator(rank), m.parameters(true), small_buckets());
     for (int step = 0; step < 5; ++step) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "forwarding_store.h"
+#include "rank_threads.h"
 
 namespace slurmddp::membership {
 namespace {
@@ -33,29 +34,13 @@ JoinOptions options(const std::shared_ptr<Store>& store, int rank, int size,
   return o;
 }
 
-// Runs `body(rank)` for each rank on its own thread; returns each one's error.
-std::vector<std::string> on_threads(const std::vector<int>& ranks,
-                                    const std::function<void(int)>& body) {
-  std::vector<std::string> errors(ranks.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    threads.emplace_back([&, i] {
-      try {
-        body(ranks[i]);
-      } catch (const std::exception& e) {
-        errors[i] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
+using support::on_rank_threads;
 
 TEST(Membership, EveryRankJoinsAndTheGroupAgreesOnTheMinimum) {
   auto store = make_in_process_store();
   std::vector<int64_t> agreed(4, -1);
   std::vector<std::string> peer_field(4);
-  const auto errors = on_threads({0, 1, 2, 3}, [&](int r) {
+  const auto errors = on_rank_threads({0, 1, 2, 3}, [&](int r) {
     JoinOptions o = options(store, r, 4);
     o.fields = {{"wmem_max", std::to_string(1000 + 10 * (3 - r))}, {"device", std::to_string(r)}};
     auto m = Membership::join(o, {"wmem_max"});
@@ -77,7 +62,7 @@ TEST(Membership, AMissingRankIsNamedByEveryoneWithinTheDeadline) {
   auto store = make_in_process_store();
   const auto start = Clock::now();
   const auto errors =
-      on_threads({0, 1, 3}, [&](int r) { Membership::join(options(store, r, 4, 300ms)); });
+      on_rank_threads({0, 1, 3}, [&](int r) { Membership::join(options(store, r, 4, 300ms)); });
   for (size_t i = 0; i < errors.size(); ++i) {
     EXPECT_THAT(errors[i], HasSubstr("test: failed to join: 3/4 ranks joined; missing: [2]"));
   }
@@ -93,7 +78,7 @@ TEST(Membership, AMissingRankIsNamedByEveryoneWithinTheDeadline) {
 // tenth: 100 ms, which a loaded 2-core machine can eat).
 TEST(Membership, OnATimeoutRankZeroTellsTheOthersWhoIsMissing) {
   auto store = make_in_process_store();
-  const auto errors = on_threads(
+  const auto errors = on_rank_threads(
       {0, 1, 3}, [&](int r) { Membership::join(options(store, r, 4, r == 0 ? 1s : 10s)); });
   const std::string why = "3/4 ranks joined; missing: [2]";
   const Bytes verdict = store->get("g/1/verdict", 0ms);
@@ -124,7 +109,7 @@ TEST(Membership, EachRankJoinsWithAFewRequestsWhateverTheSizeOfItsNode) {
     const int size = 2 * per_node;
     std::vector<int> ranks(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r) ranks[static_cast<size_t>(r)] = r;
-    const auto errors = on_threads(ranks, [&](int r) {
+    const auto errors = on_rank_threads(ranks, [&](int r) {
       JoinOptions o = options(store, r, size);
       o.locality.node = r < per_node ? "n1" : "n2";
       for (int j = 0; j < per_node; ++j) {
@@ -157,7 +142,7 @@ TEST(Membership, MissingRanksAreNamedWithTheirHosts) {
     return l;
   };
   // Rank 4 (on n2) and all of n3 never come.
-  const auto errors = on_threads({0, 1, 2, 3, 5}, [&](int r) {
+  const auto errors = on_rank_threads({0, 1, 2, 3, 5}, [&](int r) {
     JoinOptions o = options(store, r, 8, 300ms);
     o.locality = locality(r);
     Membership::join(o);
@@ -186,7 +171,7 @@ TEST(Membership, MissingRanksWithoutLocalityAreNamedByRankOnly) {
 TEST(Membership, WorldSizeMismatchNamesBothValuesOnEveryRank) {
   auto store = make_in_process_store();
   std::vector<int> mismatch_other_size(3, 0);
-  const auto errors = on_threads({0, 1, 2}, [&](int r) {
+  const auto errors = on_rank_threads({0, 1, 2}, [&](int r) {
     try {
       Membership::join(options(store, r, r == 2 ? 4 : 3, 5s));
     } catch (const SizeMismatch& e) {
@@ -209,7 +194,7 @@ TEST(Membership, WorldSizeMismatchNamesBothValuesOnEveryRank) {
 TEST(Membership, AFieldThatMustBeEqualFailsTheJoinAtOnceNamingBothValues) {
   auto store = make_in_process_store();
   const auto start = Clock::now();
-  const auto errors = on_threads({0, 1, 2, 3}, [&](int r) {
+  const auto errors = on_rank_threads({0, 1, 2, 3}, [&](int r) {
     JoinOptions o = options(store, r, 4, 30s);
     const bool odd = r == 2;
     o.fields = {{"backend", odd ? "nccl" : "gloo"},
@@ -232,7 +217,7 @@ TEST(Membership, AFieldThatMustBeEqualFailsTheJoinAtOnceNamingBothValues) {
 
 TEST(Membership, EqualFieldsThatAgreeJoinAndOddValuesAreKeysSafely) {
   auto store = make_in_process_store();
-  const auto errors = on_threads({0, 1, 2}, [&](int r) {
+  const auto errors = on_rank_threads({0, 1, 2}, [&](int r) {
     JoinOptions o = options(store, r, 3);
     o.fields = {{"mode", "a b/c=%"}};
     o.agree_equal = {"mode"};
@@ -259,7 +244,7 @@ TEST(Membership, DiagnosisNamesMissingRanksAndOtherSizes) {
 // verdict, and the first one's records go.
 TEST(Membership, ASecondGroupOnThePrefixIsANewGeneration) {
   auto store = make_in_process_store();
-  auto first = on_threads({0, 1}, [&](int r) { Membership::join(options(store, r, 2)); });
+  auto first = on_rank_threads({0, 1}, [&](int r) { Membership::join(options(store, r, 2)); });
   for (const auto& e : first) EXPECT_EQ(e, "");
   EXPECT_TRUE(store->check({"g/1/join/0", "g/1/join/1", "g/1/verdict"}));
   Membership again(options(store, 0, 2, 300ms));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "launch/parse.h"
+#include "rank_threads.h"
 
 namespace slurmddp {
 namespace {
@@ -28,32 +29,28 @@ std::vector<NodeGpuOutcome> settle(const std::vector<std::string>& lists,
   std::vector<int> node_ranks;
   for (int r = 0; r < n; ++r) node_ranks.push_back(r);
   std::vector<NodeGpuOutcome> out(lists.size());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      ProcessIdentity id;
-      id.rank = r;
-      id.world_size = n;
-      id.local_rank = r;
-      id.local_world_size = n;
-      id.gpu_variable = "CUDA_VISIBLE_DEVICES";
-      for (const auto& g : launch::split(lists[static_cast<size_t>(r)], ',')) id.gpus.push_back(g);
-      if (presets[static_cast<size_t>(r)] >= 0) id.local_device = presets[static_cast<size_t>(r)];
-      id.device_why = "rule";
-      membership::JoinOptions o;
-      o.store = store;
-      o.prefix = "t";
-      o.rank = r;
-      o.size = n;
-      o.deadline = membership::Clock::now() + 10s;
-      o.fields = node_gpu_fields(id, id.gpus,
-                                 sharing.empty() ? GpuSharing{} : sharing[static_cast<size_t>(r)]);
-      auto group = membership::Membership::join(o);
-      out[static_cast<size_t>(r)] =
-          settle_node_gpus(id, *group, node_ranks, "n1", std::string("gres/gpu:closest"));
-    });
-  }
-  for (auto& t : threads) t.join();
+  support::expect_no_rank_errors(support::on_rank_threads(n, [&](int r) {
+    ProcessIdentity id;
+    id.rank = r;
+    id.world_size = n;
+    id.local_rank = r;
+    id.local_world_size = n;
+    id.gpu_variable = "CUDA_VISIBLE_DEVICES";
+    for (const auto& g : launch::split(lists[static_cast<size_t>(r)], ',')) id.gpus.push_back(g);
+    if (presets[static_cast<size_t>(r)] >= 0) id.local_device = presets[static_cast<size_t>(r)];
+    id.device_why = "rule";
+    membership::JoinOptions o;
+    o.store = store;
+    o.prefix = "t";
+    o.rank = r;
+    o.size = n;
+    o.deadline = membership::Clock::now() + 10s;
+    o.fields = node_gpu_fields(id, id.gpus,
+                               sharing.empty() ? GpuSharing{} : sharing[static_cast<size_t>(r)]);
+    auto group = membership::Membership::join(o);
+    out[static_cast<size_t>(r)] =
+        settle_node_gpus(id, *group, node_ranks, "n1", std::string("gres/gpu:closest"));
+  }));
   return out;
 }
 

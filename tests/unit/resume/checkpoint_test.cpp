@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "fake_group.h"
+#include "rank_threads.h"
 #include "resume/checkpoint_file.h"
 #include "slurmddp/error.h"
 
@@ -25,25 +26,12 @@ using ::testing::HasSubstr;
 std::vector<std::string> errors_on_ranks(
     int world, const std::function<void(std::shared_ptr<Communicator>, int)>& body) {
   auto group = std::make_shared<support::FakeGroup>(world);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(group->communicator(r), r);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  return support::on_rank_threads(world, [&](int r) { body(group->communicator(r), r); });
 }
 
 // The same, expecting no rank to throw.
 void on_ranks(int world, const std::function<void(std::shared_ptr<Communicator>, int)>& body) {
-  std::vector<std::string> errors = errors_on_ranks(world, body);
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  support::expect_no_rank_errors(errors_on_ranks(world, body));
 }
 
 std::string fresh(const std::string& name) {
@@ -131,20 +119,10 @@ TEST(Checkpointer, DamagedFileStopsEveryRankNamingIt) {
     f.seekp(50);
     f.put('#');
   }
-  auto group = std::make_shared<support::FakeGroup>(3);
-  std::vector<std::string> errors(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Checkpointer c(group->communicator(r), dir);
-        c.load();
-      } catch (const Error& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto errors = errors_on_ranks(3, [&](std::shared_ptr<Communicator> comm, int) {
+    Checkpointer c(std::move(comm), dir);
+    c.load();
+  });
   EXPECT_THAT(errors[1], HasSubstr("checkpoint " + victim + " is damaged: checksum mismatch"));
   EXPECT_THAT(errors[0], HasSubstr("rank 1 could not load " + dir + "/step-4"));
   EXPECT_THAT(errors[2], HasSubstr("rank 1 could not load"));
@@ -166,21 +144,10 @@ TEST(Checkpointer, RankZerosPayloadIsVerifiedOnceAndItsDamageStopsEveryRank) {
     f.put('#');
   }
   auto load_all = [&] {
-    auto group = std::make_shared<support::FakeGroup>(3);
-    std::vector<std::string> errors(3);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 3; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          Checkpointer c(group->communicator(r), dir);
-          c.load();
-        } catch (const Error& e) {
-          errors[static_cast<size_t>(r)] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    return errors;
+    return errors_on_ranks(3, [&](std::shared_ptr<Communicator> comm, int) {
+      Checkpointer c(std::move(comm), dir);
+      c.load();
+    });
   };
   auto errors = load_all();
   EXPECT_THAT(errors[0], HasSubstr("checkpoint " + victim + " is damaged: checksum mismatch"));
