@@ -34,9 +34,6 @@
 namespace slurmddp::support {
 namespace {
 
-using support::spawn_self;
-using support::wait_for;
-
 int g_device_count = 0;
 
 double param_value(int rank, size_t i, size_t k) {
@@ -230,15 +227,15 @@ int rank_main(const support::RankArgs& self) {
 TEST(NcclGradSync, EveryRankEndsWithTheExactAverage) {
   const int size = g_device_count >= 2 ? 2 : 1;
   auto store = support::host_store(std::chrono::seconds(60));
-  std::vector<pid_t> pids;
+  RankGroup ranks(size,
+                  self_with_rank({"--worker"}, store->port(),
+                                 [](int r) {
+                                   return Env{{"SLURMDDP_TEST_DEVICE", std::to_string(r)}};
+                                 }),
+                  Output::kInherited);
+  const auto codes = ranks.wait_all(std::chrono::seconds(240));
   for (int r = 0; r < size; ++r) {
-    pids.push_back(spawn_self(support::with_rank({"--worker"}, r, size, store->port()),
-                              {{"SLURMDDP_TEST_DEVICE", std::to_string(r)}}));
-    ASSERT_GT(pids.back(), 0);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
-  for (int r = 0; r < size; ++r) {
-    const auto code = wait_for(pids[static_cast<size_t>(r)], deadline);
+    const auto& code = codes[static_cast<size_t>(r)];
     EXPECT_TRUE(code && *code == 0)
         << "rank " << r << " of " << size << ": "
         << (code ? "exit " + std::to_string(*code) : std::string("killed after 240 s"))

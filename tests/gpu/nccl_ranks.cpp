@@ -62,17 +62,14 @@ Launch run_ranks(const std::string& scenario, int size, milliseconds comm_timeou
                  std::chrono::seconds hard_limit,
                  const std::function<void(Store&, const std::vector<pid_t>&)>& during) {
   auto store = support::host_store(std::chrono::seconds(30));
-  std::vector<pid_t> pids;
-  for (int r = 0; r < size; ++r) {
-    pids.push_back(support::spawn_self(
-        support::with_rank({"--worker", scenario, std::to_string(comm_timeout.count())}, r, size,
-                           store->port()),
-        rank_env(r, size)));
-  }
-  if (during) during(*store, pids);
+  support::RankGroup ranks(
+      size,
+      support::self_with_rank({"--worker", scenario, std::to_string(comm_timeout.count())},
+                              store->port(), [size](int r) { return rank_env(r, size); }),
+      support::Output::kInherited);
+  if (during) during(*store, ranks.pids());
   Launch l;
-  const auto deadline = Clock::now() + hard_limit;
-  for (pid_t p : pids) l.exit_codes.push_back(p > 0 ? support::wait_for(p, deadline) : -1);
+  l.exit_codes = ranks.wait_all(hard_limit);
   return l;
 }
 

@@ -317,21 +317,26 @@ bool Child::read_all(Clock::time_point deadline, std::string* out, std::string* 
   return true;
 }
 
-std::optional<int> Child::wait(Clock::time_point deadline) {
-  if (reaped_) return code_;
-  for (;;) {
+std::optional<int> Child::try_wait() {
+  while (!reaped_) {
     int status = 0;
     const pid_t r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
       reaped_ = true;
       ended_ = Clock::now();
       code_ = exit_code(status);
-      return code_;
-    }
-    if (r < 0 && errno != EINTR) {
+    } else if (r < 0 && errno != EINTR) {
       reaped_ = true;
-      return code_;
+    } else if (r == 0) {
+      return std::nullopt;
     }
+  }
+  return code_;
+}
+
+std::optional<int> Child::wait(Clock::time_point deadline) {
+  for (;;) {
+    if (auto code = try_wait()) return code;
     if (passed(deadline)) {
       kill_now();
       return std::nullopt;

@@ -97,6 +97,10 @@ class Child {
   // EOF; false when `deadline` passed first.
   bool read_all(Clock::time_point deadline, std::string* out, std::string* err = nullptr);
 
+  // The exit code (see exit_code) once the child ended (it is then reaped),
+  // or nullopt while it runs; never waits.
+  std::optional<int> try_wait();
+
   // The exit code (see exit_code), or nullopt when it still ran at `deadline`
   // (it is then SIGKILLed and reaped).
   std::optional<int> wait(Clock::time_point deadline);

@@ -11,15 +11,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "rank_group.h"
 #include "rank_launcher.h"
 #include "slurmddp/tcp_store.h"
 #include "subprocess.h"
@@ -35,75 +33,6 @@ std::string rank_binary() {
   const char* p = std::getenv("COMM_RANK_BIN");
   return p ? p : "";
 }
-
-// One rank process: its stdout is collected line by line on a thread.
-class RankProcess {
- public:
-  explicit RankProcess(const std::vector<std::string>& args, const slurmddp::support::Env& env = {})
-      : child_(args, options(env)) {
-    reader_ = std::thread([this] { read_lines(); });
-  }
-
-  ~RankProcess() {
-    kill_now();
-    reap();
-    if (reader_.joinable()) reader_.join();
-  }
-
-  pid_t pid() const { return child_.pid(); }
-
-  void signal(int sig) { child_.signal(sig); }
-  void kill_now() { signal(SIGKILL); }
-
-  // Waits until a line starting with `prefix` arrived; returns it ("" on timeout).
-  std::string wait_line(const std::string& prefix, std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(m_);
-    std::string found;
-    cv_.wait_for(lock, timeout, [&] {
-      for (const auto& l : lines_) {
-        if (l.rfind(prefix, 0) == 0) {
-          found = l;
-          return true;
-        }
-      }
-      return eof_;
-    });
-    return found;
-  }
-
-  void reap() { child_.wait(slurmddp::support::Clock::time_point::max()); }
-
- private:
-  static slurmddp::support::SpawnOptions options(const slurmddp::support::Env& env) {
-    slurmddp::support::SpawnOptions o;
-    o.env = env;
-    o.out = slurmddp::support::Stdio::kPipe;
-    return o;
-  }
-
-  // Only this thread reads the child's stdout.
-  void read_lines() {
-    while (auto line = child_.read_line(slurmddp::support::Clock::time_point::max())) {
-      {
-        std::lock_guard<std::mutex> lock(m_);
-        lines_.push_back(*line);
-      }
-      cv_.notify_all();
-    }
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      eof_ = true;
-    }
-    cv_.notify_all();
-  }
-
-  slurmddp::support::Child child_;
-  std::thread reader_;
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::vector<std::string> lines_;
-  bool eof_ = false;
-};
 
 struct Result {
   std::string kind;  // "ok", "wrong", "PeerError", "TimeoutError", ... ; "" = none
@@ -122,50 +51,58 @@ Result parse_result(const std::string& line) {
   return r;
 }
 
-// A group of rank processes sharing a TCP store hosted here.
+// A group of rank processes (comm_rank) sharing a TCP store hosted here.
 class Group {
  public:
   // nodes[r]: rank r's SLURMD_NODENAME, the node it counts as (Note
   // [Shared-memory tier]); empty: all on this machine's node.
   Group(const std::string& scenario, int size, std::chrono::milliseconds timeout, size_t count,
         const std::vector<int>& ranks_to_start = {}, const std::string& nodes = "",
-        const slurmddp::support::Env& extra_env = {}) {
-    store_ = slurmddp::support::host_store();
-    static std::atomic<int> groups{0};
-    prefix_ = "mp" + std::to_string(groups++);
-    std::vector<int> ranks = ranks_to_start;
-    if (ranks.empty()) {
-      for (int r = 0; r < size; ++r) ranks.push_back(r);
-    }
-    procs_.resize(static_cast<size_t>(size));
-    for (int r : ranks) {
-      slurmddp::support::Env env = extra_env;
-      if (!nodes.empty()) {
-        env["SLURMD_NODENAME"] = std::string("node-") + nodes[static_cast<size_t>(r)];
-      }
-      procs_[static_cast<size_t>(r)] = std::make_unique<RankProcess>(
-          slurmddp::support::with_rank({rank_binary(), scenario, prefix_,
-                                        std::to_string(timeout.count()), std::to_string(count)},
-                                       r, size, store_->port()),
-          env);
-    }
-  }
+        const slurmddp::support::Env& extra_env = {})
+      : store_(slurmddp::support::host_store()),
+        prefix_(next_prefix()),
+        ranks_(
+            size,
+            [&](int r, int world) {
+              slurmddp::support::Env env = extra_env;
+              if (!nodes.empty()) {
+                env["SLURMD_NODENAME"] = std::string("node-") + nodes[static_cast<size_t>(r)];
+              }
+              return slurmddp::support::RankLaunch{
+                  slurmddp::support::with_rank(
+                      {rank_binary(), scenario, prefix_, std::to_string(timeout.count()),
+                       std::to_string(count)},
+                      r, world, store_->port()),
+                  env};
+            },
+            slurmddp::support::Output::kCaptured,
+            ranks_to_start.empty() ? std::nullopt
+                                   : std::optional<std::vector<int>>(ranks_to_start)) {}
 
-  RankProcess& rank(int r) { return *procs_[static_cast<size_t>(r)]; }
-  bool started(int r) const { return procs_[static_cast<size_t>(r)] != nullptr; }
-  int size() const { return static_cast<int>(procs_.size()); }
+  slurmddp::support::Process& rank(int r) { return ranks_.rank(r); }
+  bool started(int r) const { return ranks_.started(r); }
+  int size() const { return ranks_.size(); }
   slurmddp::Store& store() { return *store_; }
   // The communicator's keys: "<prefix>/<generation>/..." (one group: 1).
   std::string key(const std::string& name) const { return prefix_ + "/1/" + name; }
 
+  // Rank r's first line starting with `prefix` ("" when none came in time).
+  std::string line(int r, const std::string& prefix, std::chrono::milliseconds timeout) {
+    return rank(r).wait_line(prefix, timeout).value_or("");
+  }
   Result result(int r, std::chrono::milliseconds timeout) {
-    return parse_result(rank(r).wait_line("RESULT ", timeout));
+    return parse_result(line(r, "RESULT ", timeout));
   }
 
  private:
+  static std::string next_prefix() {
+    static std::atomic<int> groups{0};
+    return "mp" + std::to_string(groups++);
+  }
+
   std::shared_ptr<slurmddp::TcpStore> store_;
   std::string prefix_;
-  std::vector<std::unique_ptr<RankProcess>> procs_;  // destroyed first: kills and reaps
+  slurmddp::support::RankGroup ranks_;  // destroyed first: kills and reaps
 };
 
 TEST(CommMultiproc, HelperIsThere) {
@@ -205,7 +142,7 @@ constexpr auto kTimeout = 3000ms;
 // Starts the loop on every rank and waits until each completed one operation.
 void start_loop(Group& g) {
   for (int r = 0; r < g.size(); ++r) {
-    ASSERT_EQ(g.rank(r).wait_line("READY", 60s), "READY") << "rank " << r << " never got going";
+    ASSERT_EQ(g.line(r, "READY", 60s), "READY") << "rank " << r << " never got going";
   }
 }
 
@@ -409,7 +346,7 @@ TEST(CommMultiproc, AtScaleARankThatNeverStartsIsNamedByEveryOther) {
   }
   Group g("scale", n, 5000ms, 0, start, layout(16, 8));
   for (int r : start) {
-    const std::string started = g.rank(r).wait_line("START ", 120s);
+    const std::string started = g.line(r, "START ", 120s);
     ASSERT_FALSE(started.empty()) << "rank " << r << " never started";
     const Result res = g.result(r, 60s);
     EXPECT_EQ(res.kind, "TimeoutError") << "rank " << r << ": " << res.text;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "rank_group.h"
 #include "rank_launcher.h"
 #include "subprocess.h"
 
@@ -19,7 +20,6 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
-using support::Child;
 
 struct RankResult {
   std::optional<int> exit_code;
@@ -34,14 +34,6 @@ struct RankResult {
   }
 };
 
-// One rank: stdout on a pipe, stderr in a temporary file.
-std::unique_ptr<Child> start_rank(const std::vector<std::string>& argv) {
-  support::SpawnOptions o;
-  o.out = support::Stdio::kPipe;
-  o.err = support::Stdio::kFile;
-  return std::make_unique<Child>(argv, o);
-}
-
 std::string helper() {
   const char* h = std::getenv("GRAD_SYNC_RANK");
   return h != nullptr ? h : "";
@@ -52,23 +44,21 @@ std::string helper() {
 std::vector<RankResult> run_group(const std::string& scenario, int size, uint64_t seed,
                                   std::chrono::milliseconds within) {
   const auto deadline = Clock::now() + within;
-  std::vector<std::unique_ptr<Child>> procs;
   std::vector<RankResult> results(static_cast<size_t>(size));
   const auto store = support::host_store();
+  support::RankGroup ranks(size, [&](int r, int world) {
+    return support::RankLaunch{
+        support::with_rank({helper(), scenario, std::to_string(seed)}, r, world, store->port()),
+        {}};
+  });
   for (int r = 0; r < size; ++r) {
-    procs.push_back(start_rank(
-        support::with_rank({helper(), scenario, std::to_string(seed)}, r, size, store->port())));
+    auto& res = results[static_cast<size_t>(r)];
+    while (auto line = ranks.rank(r).read_line(deadline)) res.lines.push_back(*line);
   }
   for (int r = 0; r < size; ++r) {
     auto& res = results[static_cast<size_t>(r)];
-    while (auto line = procs[static_cast<size_t>(r)]->read_line(deadline)) {
-      res.lines.push_back(*line);
-    }
-  }
-  for (int r = 0; r < size; ++r) {
-    auto& res = results[static_cast<size_t>(r)];
-    res.exit_code = procs[static_cast<size_t>(r)]->wait(deadline);
-    res.stderr_text = procs[static_cast<size_t>(r)]->stderr_text();
+    res.exit_code = ranks.rank(r).wait(deadline);
+    res.stderr_text = ranks.rank(r).stderr_text();
   }
   return results;
 }

@@ -15,6 +15,7 @@
 #include "loopback_port.h"
 #include "plugin_env.h"
 #include "process.h"
+#include "rank_group.h"
 #include "time_scale.h"
 
 namespace slurmddp {
@@ -36,12 +37,34 @@ struct Rank {
   std::string token = "0123456789abcdef0123456789abcdef";
 };
 
-std::unique_ptr<Process> start(const Rank& r, uint16_t port, const std::string& timeout = "3s",
-                               const std::map<std::string, std::string>& extra = {}) {
+using Extra = std::map<std::string, std::string>;
+
+// The runtime probe as rank r (the plugin's variables for a loopback task).
+support::RankLaunch launch(const Rank& r, uint16_t port, const std::string& timeout = "3s",
+                           const Extra& extra = {}) {
   auto env = support::plugin_env(r.rank, r.world, port,
                                  {{"SLURMDDP_TOKEN", r.token}, {"SLURMDDP_TIMEOUT", timeout}});
   for (const auto& [k, v] : extra) env[k] = v;
-  return std::make_unique<Process>(std::vector<std::string>{probe()}, env);
+  return {{probe()}, env};
+}
+
+// One such process by itself (a rank of its own world size, or the only one).
+std::unique_ptr<Process> start(const Rank& r, uint16_t port, const std::string& timeout = "3s",
+                               const Extra& extra = {}) {
+  const auto l = launch(r, port, timeout, extra);
+  return std::make_unique<Process>(l.argv, l.env);
+}
+
+// Ranks `which` (all when not given) of a group of `world`; rank r with extra_of(r).
+support::RankGroup start_group(int world, uint16_t port, const std::string& timeout,
+                               const std::function<Extra(int)>& extra_of = nullptr,
+                               const std::optional<std::vector<int>>& which = std::nullopt) {
+  return support::RankGroup(
+      world,
+      [&](int r, int w) {
+        return launch({r, w}, port, timeout, extra_of ? extra_of(r) : Extra{});
+      },
+      support::Output::kCaptured, which);
 }
 
 bool built_with_nccl() {
@@ -58,18 +81,16 @@ bool built_with_nccl() {
 // CPU machine.
 TEST(InitMultiproc, NcclBackendWithoutVisibleDeviceSaysWhy) {
   uint16_t port = slurmddp::support::free_loopback_port();
-  std::vector<std::unique_ptr<Process>> ranks;
+  auto ranks = start_group(2, port, "20s", [](int r) {
+    return Extra{{"SLURMDDP_BACKEND", "nccl"},
+                 {"CUDA_VISIBLE_DEVICES", "-1"},
+                 {"SLURMDDP_LOCAL_DEVICE", std::to_string(r)}};
+  });
   for (int r = 0; r < 2; ++r) {
-    ranks.push_back(start({r, 2}, port, "20s",
-                          {{"SLURMDDP_BACKEND", "nccl"},
-                           {"CUDA_VISIBLE_DEVICES", "-1"},
-                           {"SLURMDDP_LOCAL_DEVICE", std::to_string(r)}}));
-  }
-  for (int r = 0; r < 2; ++r) {
-    auto code = ranks[r]->wait(15s);
+    auto code = ranks.rank(r).wait(15s);
     ASSERT_TRUE(code.has_value()) << "rank " << r << " hung";
     EXPECT_NE(*code, 0);
-    const std::string err = ranks[r]->stderr_text();
+    const std::string err = ranks.rank(r).stderr_text();
     EXPECT_THAT(err, HasSubstr("init: failed to create the NCCL communicator: nccl: failed to "));
     if (built_with_nccl()) {
       EXPECT_THAT(err, ::testing::ContainsRegex("cudaError(NoDevice|InsufficientDriver)"));
@@ -81,26 +102,24 @@ TEST(InitMultiproc, NcclBackendWithoutVisibleDeviceSaysWhy) {
     EXPECT_THAT(err, HasSubstr("CUDA_VISIBLE_DEVICES='-1'"));
     EXPECT_THAT(err, HasSubstr("SLURMDDP_LOCAL_DEVICE='" + std::to_string(r) + "'"));
     EXPECT_THAT(err, HasSubstr("SLURMDDP_BACKEND=gloo"));
-    EXPECT_LT(ranks[r]->ran(), support::scaled(10s));
+    EXPECT_LT(ranks.rank(r).ran(), support::scaled(10s));
   }
 }
 
 // auto picks Gloo where no device is visible, even with a device index set.
 TEST(InitMultiproc, AutoBackendWithoutVisibleDeviceUsesGloo) {
   uint16_t port = slurmddp::support::free_loopback_port();
-  std::vector<std::unique_ptr<Process>> ranks;
+  auto ranks = start_group(2, port, "10s", [](int r) {
+    return Extra{{"SLURMDDP_BACKEND", "auto"},
+                 {"CUDA_VISIBLE_DEVICES", "-1"},
+                 {"SLURMDDP_LOCAL_DEVICE", std::to_string(r)}};
+  });
   for (int r = 0; r < 2; ++r) {
-    ranks.push_back(start({r, 2}, port, "10s",
-                          {{"SLURMDDP_BACKEND", "auto"},
-                           {"CUDA_VISIBLE_DEVICES", "-1"},
-                           {"SLURMDDP_LOCAL_DEVICE", std::to_string(r)}}));
-  }
-  for (int r = 0; r < 2; ++r) {
-    auto line = ranks[r]->read_line(20s);
-    ASSERT_TRUE(line) << "rank " << r << ": " << ranks[r]->stderr_text();
+    auto line = ranks.rank(r).read_line(20s);
+    ASSERT_TRUE(line) << "rank " << r << ": " << ranks.rank(r).stderr_text();
     EXPECT_THAT(*line, HasSubstr("backend=gloo"));
     EXPECT_THAT(*line, HasSubstr("ok=1"));
-    EXPECT_EQ(ranks[r]->wait(20s), 0) << ranks[r]->stderr_text();
+    EXPECT_EQ(ranks.rank(r).wait(20s), 0) << ranks.rank(r).stderr_text();
   }
 }
 
@@ -110,38 +129,33 @@ TEST(InitMultiproc, AutoBackendWithoutVisibleDeviceUsesGloo) {
 // before the timeout, every rank naming both choices and why each was made.
 TEST(InitMultiproc, RanksThatChoseDifferentBackendsFailAtOnceNamingBoth) {
   uint16_t port = slurmddp::support::free_loopback_port();
-  std::vector<std::unique_ptr<Process>> ranks;
+  auto ranks = start_group(3, port, "60s", [](int r) {
+    return Extra{{"SLURMDDP_BACKEND", r == 1 ? "nccl" : "auto"}, {"CUDA_VISIBLE_DEVICES", "-1"}};
+  });
   for (int r = 0; r < 3; ++r) {
-    std::map<std::string, std::string> extra{{"SLURMDDP_BACKEND", "auto"},
-                                             {"CUDA_VISIBLE_DEVICES", "-1"}};
-    if (r == 1) extra["SLURMDDP_BACKEND"] = "nccl";
-    ranks.push_back(start({r, 3}, port, "60s", extra));
-  }
-  for (int r = 0; r < 3; ++r) {
-    auto code = ranks[r]->wait(30s);
+    auto code = ranks.rank(r).wait(30s);
     ASSERT_TRUE(code.has_value()) << "rank " << r << " hung";
     EXPECT_NE(*code, 0);
-    const std::string err = ranks[r]->stderr_text();
+    const std::string err = ranks.rank(r).stderr_text();
     EXPECT_THAT(err, HasSubstr("init: failed to join the process group: ranks disagree on "
                                "backend: rank 0 on "));
     EXPECT_THAT(err, ::testing::ContainsRegex("has backend=gloo \\(auto: [^)]+\\), rank 1 on "));
     EXPECT_THAT(err, HasSubstr("has backend=nccl (SLURMDDP_BACKEND=nccl); 1 of 3 ranks differ"));
-    EXPECT_LT(ranks[r]->ran(), support::scaled(20s)) << "waited for the 60 s timeout";
+    EXPECT_LT(ranks.rank(r).ran(), support::scaled(20s)) << "waited for the 60 s timeout";
   }
 }
 
 TEST(InitMultiproc, WorldSizesOneToFour) {
   for (int world : {1, 2, 3, 4}) {
     uint16_t port = slurmddp::support::free_loopback_port();
-    std::vector<std::unique_ptr<Process>> ranks;
-    for (int r = 0; r < world; ++r) ranks.push_back(start({r, world}, port));
+    auto ranks = start_group(world, port, "3s");
     for (int r = 0; r < world; ++r) {
-      auto line = ranks[r]->read_line(20s);
-      ASSERT_TRUE(line) << "rank " << r << ": " << ranks[r]->stderr_text();
+      auto line = ranks.rank(r).read_line(20s);
+      ASSERT_TRUE(line) << "rank " << r << ": " << ranks.rank(r).stderr_text();
       EXPECT_THAT(*line, HasSubstr("runtime rank=" + std::to_string(r) +
                                    " world=" + std::to_string(world)));
       EXPECT_THAT(*line, HasSubstr("ok=1"));
-      EXPECT_EQ(ranks[r]->wait(20s), 0) << ranks[r]->stderr_text();
+      EXPECT_EQ(ranks.rank(r).wait(20s), 0) << ranks.rank(r).stderr_text();
     }
   }
 }
@@ -149,29 +163,30 @@ TEST(InitMultiproc, WorldSizesOneToFour) {
 // Note [Progress records]: one rank stuck in its own code (a slow data
 // loader) while the others wait in an allreduce: one rank prints where
 // everyone is, and training goes on once it wakes.
-std::unique_ptr<Process> start_training(
-    int r, int world, uint16_t port,
-    std::vector<std::string> fault = {"--steps", "10", "--fault", "sleep", "--fault-rank", "2",
-                                      "--fault-step", "5", "--sleep-seconds", "4"},
-    const std::map<std::string, std::string>& more = {}) {
-  std::vector<std::string> argv{probe()};
-  argv.insert(argv.end(), fault.begin(), fault.end());
-  auto env = support::plugin_env(r, world, port,
-                                 {{"SLURMDDP_TIMEOUT", "30s"},
-                                  {"SLURMDDP_HANG_AFTER", "1s"},
-                                  {"SLURMD_NODENAME", r < 2 ? "node-a" : "node-b"}});
-  for (const auto& [k, v] : more) env[k] = v;
-  return std::make_unique<Process>(argv, env);
+support::RankGroup start_training(
+    int world, uint16_t port,
+    const std::vector<std::string>& fault = {"--steps", "10", "--fault", "sleep", "--fault-rank",
+                                             "2", "--fault-step", "5", "--sleep-seconds", "4"},
+    const Extra& more = {}) {
+  return support::RankGroup(world, [&](int r, int w) {
+    std::vector<std::string> argv{probe()};
+    argv.insert(argv.end(), fault.begin(), fault.end());
+    auto env = support::plugin_env(r, w, port,
+                                   {{"SLURMDDP_TIMEOUT", "30s"},
+                                    {"SLURMDDP_HANG_AFTER", "1s"},
+                                    {"SLURMD_NODENAME", r < 2 ? "node-a" : "node-b"}});
+    for (const auto& [k, v] : more) env[k] = v;
+    return support::RankLaunch{argv, env};
+  });
 }
 
 TEST(InitMultiproc, ARankStuckInItsOwnCodeIsNamedByTheHangReport) {
   uint16_t port = slurmddp::support::free_loopback_port();
-  std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 0; r < 3; ++r) ranks.push_back(start_training(r, 3, port));
+  auto ranks = start_training(3, port);
   std::string reports;
   for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(ranks[r]->wait(60s), 0) << ranks[r]->stderr_text();
-    reports += ranks[r]->stderr_text();
+    EXPECT_EQ(ranks.rank(r).wait(60s), 0) << ranks.rank(r).stderr_text();
+    reports += ranks.rank(r).stderr_text();
   }
   // Step 5 done by everyone (0-based steps: 5 completed is "step 5" done,
   // the others wait in step 6's allreduce; rank 2 sleeps before step 5).
@@ -184,13 +199,13 @@ TEST(InitMultiproc, ARankStuckInItsOwnCodeIsNamedByTheHangReport) {
 
 // Waits (polling its stderr file) until one of `ranks` has logged a line
 // that matches `pattern` (ECMAScript regex).
-bool wait_for_log(const std::vector<std::unique_ptr<Process>>& ranks, const std::string& pattern,
+bool wait_for_log(support::RankGroup& ranks, const std::string& pattern,
                   std::chrono::seconds within) {
   const std::regex re(pattern);
   const auto deadline = std::chrono::steady_clock::now() + within;
   while (std::chrono::steady_clock::now() < deadline) {
-    for (const auto& p : ranks) {
-      if (std::regex_search(p->stderr_text(), re)) return true;
+    for (int r = 0; r < ranks.size(); ++r) {
+      if (std::regex_search(ranks.rank(r).stderr_text(), re)) return true;
     }
     std::this_thread::sleep_for(20ms);  // polling the log files for the event
   }
@@ -205,21 +220,18 @@ bool wait_for_log(const std::vector<std::unique_ptr<Process>>& ranks, const std:
 // reported before step 5 is.
 TEST(InitMultiproc, ARankStoppedInsideACollectiveIsNamedWhereItStopped) {
   uint16_t port = slurmddp::support::free_loopback_port();
-  std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 0; r < 3; ++r) {
-    ranks.push_back(start_training(r, 3, port,
-                                   {"--steps", "10", "--fault", "sleep", "--fault-rank", "2",
-                                    "--fault-step", "5", "--sleep-seconds", "6"}));
-  }
+  auto ranks = start_training(3, port,
+                              {"--steps", "10", "--fault", "sleep", "--fault-rank", "2",
+                               "--fault-step", "5", "--sleep-seconds", "6"});
   ASSERT_TRUE(wait_for_log(ranks, "hang report [0-9]+: step 5: ", 30s));
-  ranks[1]->signal(SIGSTOP);
+  ranks.rank(1).signal(SIGSTOP);
   const bool named = wait_for_log(ranks, "rank 1 on node-a did not answer", 30s);
-  ranks[1]->signal(SIGCONT);
+  ranks.rank(1).signal(SIGCONT);
   ASSERT_TRUE(named);
   std::string reports;
   for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(ranks[r]->wait(60s), 0) << ranks[r]->stderr_text();
-    reports += ranks[r]->stderr_text();
+    EXPECT_EQ(ranks.rank(r).wait(60s), 0) << ranks.rank(r).stderr_text();
+    reports += ranks.rank(r).stderr_text();
   }
   EXPECT_THAT(reports,
               ::testing::ContainsRegex(
@@ -233,21 +245,18 @@ TEST(InitMultiproc, ARankStoppedInsideACollectiveIsNamedWhereItStopped) {
 // goes on (100 steps of 50 ms; the report takes about two polls of 0.5 s).
 TEST(InitMultiproc, TheReportSignalPrintsWhereEveryRankIsAndTrainingGoesOn) {
   uint16_t port = slurmddp::support::free_loopback_port();
-  std::vector<std::unique_ptr<Process>> ranks;
+  auto ranks = start_training(3, port,
+                              {"--steps", "100", "--step-ms", "50", "--fault", "report",
+                               "--fault-rank", "1", "--fault-step", "5"});
   for (int r = 0; r < 3; ++r) {
-    ranks.push_back(start_training(r, 3, port,
-                                   {"--steps", "100", "--step-ms", "50", "--fault", "report",
-                                    "--fault-rank", "1", "--fault-step", "5"}));
-  }
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(ranks[r]->wait(60s), 0) << ranks[r]->stderr_text();
+    EXPECT_EQ(ranks.rank(r).wait(60s), 0) << ranks.rank(r).stderr_text();
   }
   // The rank that received the signal asked, and printed the only report.
-  EXPECT_THAT(ranks[1]->stderr_text(),
+  EXPECT_THAT(ranks.rank(1).stderr_text(),
               ::testing::ContainsRegex("hang report 1: step [0-9]+: [1-3]/3 ranks (in user "
                                        "code|waiting in allreduce #[0-9]+)"))
-      << ranks[1]->stderr_text();
-  EXPECT_THAT(ranks[0]->stderr_text() + ranks[2]->stderr_text(),
+      << ranks.rank(1).stderr_text();
+  EXPECT_THAT(ranks.rank(0).stderr_text() + ranks.rank(2).stderr_text(),
               ::testing::Not(HasSubstr("hang report")));
 }
 
@@ -256,15 +265,12 @@ TEST(InitMultiproc, TheReportSignalPrintsWhereEveryRankIsAndTrainingGoesOn) {
 // not make it before the program ends: the two before it are asserted).
 TEST(InitMultiproc, AStragglerIsNamedWithItsNodeAndWhereTheOthersWait) {
   uint16_t port = slurmddp::support::free_loopback_port();
-  std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 0; r < 3; ++r) {
-    ranks.push_back(start_training(r, 3, port,
-                                   {"--steps", "61", "--step-ms", "5", "--fault", "slow",
-                                    "--fault-rank", "2", "--slow-ms", "15"},
-                                   {{"SLURMDDP_STRAGGLER_EVERY", "20"}}));
-  }
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[r]->wait(60s), 0) << ranks[r]->stderr_text();
-  const std::string report = ranks[0]->stderr_text();
+  auto ranks = start_training(3, port,
+                              {"--steps", "61", "--step-ms", "5", "--fault", "slow", "--fault-rank",
+                               "2", "--slow-ms", "15"},
+                              {{"SLURMDDP_STRAGGLER_EVERY", "20"}});
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks.rank(r).wait(60s), 0) << ranks.rank(r).stderr_text();
+  const std::string report = ranks.rank(0).stderr_text();
   EXPECT_THAT(report, ::testing::ContainsRegex(
                           "straggler report, steps 1-20: rank 2 on node-b: [0-9.]+x the median "
                           "\\(compute [0-9.]+ vs [0-9.]+ ms a step\\) for 20 steps; the others "
@@ -277,14 +283,13 @@ TEST(InitMultiproc, AStragglerIsNamedWithItsNodeAndWhereTheOthersWait) {
 
 TEST(InitMultiproc, MissingRankIsNamedWithinTheTimeout) {
   uint16_t port = slurmddp::support::free_loopback_port();
-  std::vector<std::unique_ptr<Process>> ranks;
-  for (int r : {0, 1, 3}) ranks.push_back(start({r, 4}, port, "3s"));
-  for (auto& p : ranks) {
-    auto code = p->wait(15s);
-    ASSERT_TRUE(code.has_value()) << "hung";
+  auto ranks = start_group(4, port, "3s", nullptr, std::vector<int>{0, 1, 3});
+  for (int r : {0, 1, 3}) {
+    auto code = ranks.rank(r).wait(15s);
+    ASSERT_TRUE(code.has_value()) << "rank " << r << " hung";
     EXPECT_NE(*code, 0);
-    EXPECT_THAT(p->stderr_text(), HasSubstr("3/4 ranks joined; missing: [2]"));
-    EXPECT_LT(p->ran(), support::scaled(10s));
+    EXPECT_THAT(ranks.rank(r).stderr_text(), HasSubstr("3/4 ranks joined; missing: [2]"));
+    EXPECT_LT(ranks.rank(r).ran(), support::scaled(10s));
   }
 }
 

@@ -14,39 +14,36 @@
 
 #include "loopback_port.h"
 #include "plugin_env.h"
-#include "process.h"
+#include "rank_group.h"
 #include "time_scale.h"
 
 namespace slurmddp {
 namespace {
 
-using support::Process;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-std::vector<std::unique_ptr<Process>> start(int world, const std::vector<std::string>& args,
-                                            const std::string& timeout = "20s") {
-  uint16_t port = slurmddp::support::free_loopback_port();
-  std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 0; r < world; ++r) {
+support::RankGroup start(int world, const std::vector<std::string>& args,
+                         const std::string& timeout = "20s") {
+  const uint16_t port = slurmddp::support::free_loopback_port();
+  return support::RankGroup(world, [&](int r, int w) {
     std::vector<std::string> argv{std::getenv("SLURMDDP_STOP_RANK")};
     argv.insert(argv.end(), args.begin(), args.end());
-    ranks.push_back(std::make_unique<Process>(
-        argv, support::plugin_env(r, world, port,
+    return support::RankLaunch{
+        argv, support::plugin_env(r, w, port,
                                   {{"SLURMDDP_TOKEN", "00112233445566778899aabbccddeeff"},
-                                   {"SLURMDDP_TIMEOUT", timeout}})));
-  }
-  return ranks;
+                                   {"SLURMDDP_TIMEOUT", timeout}})};
+  });
 }
 
 // Every rank's one output line, each exiting 0.
-std::set<std::string> outcomes(std::vector<std::unique_ptr<Process>>& ranks) {
+std::set<std::string> outcomes(support::RankGroup& ranks) {
   std::set<std::string> lines;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    auto line = ranks[r]->read_line(60s);
-    EXPECT_TRUE(line.has_value()) << "rank " << r << ": " << ranks[r]->stderr_text();
+  for (int r = 0; r < ranks.size(); ++r) {
+    auto line = ranks.rank(r).read_line(60s);
+    EXPECT_TRUE(line.has_value()) << "rank " << r << ": " << ranks.rank(r).stderr_text();
     if (line) lines.insert(*line);
-    EXPECT_EQ(ranks[r]->wait(30s), 0) << "rank " << r << ": " << ranks[r]->stderr_text();
+    EXPECT_EQ(ranks.rank(r).wait(30s), 0) << "rank " << r << ": " << ranks.rank(r).stderr_text();
   }
   return lines;
 }
@@ -84,14 +81,14 @@ TEST(StopMultiproc, NoSignalRunsToTheEnd) {
 TEST(StopMultiproc, ExternalSignalToOneRank) {
   for (int sig : {SIGTERM, SIGUSR2, SIGHUP}) {
     auto ranks = start(3, {"--pause-rank", "0", "--pause-step", "7"});
-    auto paused = ranks[0]->read_line(60s);
-    ASSERT_EQ(paused, "paused") << ranks[0]->stderr_text();
-    ranks[0]->signal(sig);
-    ranks[0]->write_line("go");
+    auto paused = ranks.rank(0).read_line(60s);
+    ASSERT_EQ(paused, "paused") << ranks.rank(0).stderr_text();
+    ranks.rank(0).signal(sig);
+    ranks.rank(0).write_line("go");
     std::string name = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR2 ? "SIGUSR2" : "SIGHUP";
     EXPECT_EQ(outcomes(ranks), stopped_at(3, 7, name));
     std::string rest;
-    EXPECT_TRUE(ranks[0]->read_all(support::Clock::now() + 30s, &rest, nullptr));
+    EXPECT_TRUE(ranks.rank(0).read_all(support::Clock::now() + 30s, &rest, nullptr));
     EXPECT_EQ(rest, "") << name;
   }
 }
@@ -99,22 +96,22 @@ TEST(StopMultiproc, ExternalSignalToOneRank) {
 TEST(StopMultiproc, AHandlerInstalledBeforeStillRuns) {
   auto ranks = start(
       2, {"--raise", std::to_string(SIGUSR2), "--raise-rank", "0", "--raise-step", "3", "--chain"});
-  auto r0 = ranks[0]->read_line(60s);
-  auto r1 = ranks[1]->read_line(60s);
-  EXPECT_EQ(r0, "stopped rank=0 step=3 signal=SIGUSR2 chained=1") << ranks[0]->stderr_text();
+  auto r0 = ranks.rank(0).read_line(60s);
+  auto r1 = ranks.rank(1).read_line(60s);
+  EXPECT_EQ(r0, "stopped rank=0 step=3 signal=SIGUSR2 chained=1") << ranks.rank(0).stderr_text();
   EXPECT_EQ(r1, "stopped rank=1 step=3 signal=SIGUSR2");  // not signalled itself
-  EXPECT_EQ(ranks[0]->wait(30s), 0);
-  EXPECT_EQ(ranks[1]->wait(30s), 0);
+  EXPECT_EQ(ranks.rank(0).wait(30s), 0);
+  EXPECT_EQ(ranks.rank(1).wait(30s), 0);
 }
 
 TEST(StopMultiproc, ADeadRankFailsTheOthersWithinTheTimeoutNamingIt) {
   auto ranks = start(3, {"--kill-rank", "1", "--kill-step", "4"}, "3s");
-  EXPECT_EQ(ranks[1]->wait(30s), 128 + SIGKILL);
+  EXPECT_EQ(ranks.rank(1).wait(30s), 128 + SIGKILL);
   for (int r : {0, 2}) {
-    auto code = ranks[r]->wait(30s);
+    auto code = ranks.rank(r).wait(30s);
     EXPECT_EQ(code, 1) << "rank " << r;
-    EXPECT_THAT(ranks[r]->stderr_text(), HasSubstr("rank 1")) << "rank " << r;
-    EXPECT_LT(ranks[r]->ran(), support::scaled(25s)) << "rank " << r;
+    EXPECT_THAT(ranks.rank(r).stderr_text(), HasSubstr("rank 1")) << "rank " << r;
+    EXPECT_LT(ranks.rank(r).ran(), support::scaled(25s)) << "rank " << r;
   }
 }
 

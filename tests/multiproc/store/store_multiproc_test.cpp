@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "process.h"
+#include "rank_group.h"
 #include "rank_args.h"
 #include "raw_client.h"
 #include "time_scale.h"
@@ -46,6 +47,31 @@ std::unique_ptr<Process> rank(int r, int world, uint16_t port, long timeout_ms,
   return spawn(
       support::with_rank({"rank", "--timeout-ms", std::to_string(timeout_ms)}, r, world, port),
       env);
+}
+
+// Ranks `which` (all when not given) of a group of `world` as store_helper
+// rank clients of the store at `port`, each with `args` after the rank's
+// command line.
+support::RankGroup clients(int world, uint16_t port, long timeout_ms, const Env& env,
+                           const std::optional<std::vector<int>>& which = std::nullopt,
+                           const std::vector<std::string>& args = {}) {
+  return support::RankGroup(
+      world,
+      [&](int r, int w) {
+        std::vector<std::string> argv{helper(), "rank", "--timeout-ms", std::to_string(timeout_ms)};
+        argv.insert(argv.end(), args.begin(), args.end());
+        Env e = env;
+        if (e.count("SLURMDDP_TOKEN") == 0) e["SLURMDDP_TOKEN"] = "";
+        return support::RankLaunch{support::with_rank(argv, r, w, port), e};
+      },
+      support::Output::kCaptured, which);
+}
+
+// Ranks 1 .. world-1 (rank 0 hosts).
+std::vector<int> but_rank_0(int world) {
+  std::vector<int> r;
+  for (int i = 1; i < world; ++i) r.push_back(i);
+  return r;
 }
 
 uint16_t read_port(Process& p) {
@@ -88,13 +114,12 @@ TEST_P(Rendezvous, EveryRankJoinsExchangesAndLeaves) {
       env);
   const uint16_t port = read_port(*host);
   ASSERT_NE(port, 0);
-  std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 1; r < world; ++r) ranks.push_back(rank(r, world, port, 20000, env));
-  ranks.insert(ranks.begin(), std::move(host));
+  auto others = clients(world, port, 20000, env, but_rank_0(world));
   for (int r = 0; r < world; ++r) {
-    auto code = ranks[r]->wait(seconds(30));
-    ASSERT_EQ(code, std::optional<int>(0)) << "rank " << r << ": " << ranks[r]->stderr_text();
-    EXPECT_EQ(ranks[r]->read_line(seconds(1)),
+    Process& p = r == 0 ? *host : others.rank(r);
+    auto code = p.wait(seconds(30));
+    ASSERT_EQ(code, std::optional<int>(0)) << "rank " << r << ": " << p.stderr_text();
+    EXPECT_EQ(p.read_line(seconds(1)),
               "ok rank=" + std::to_string(r) + " world=" + std::to_string(world));
   }
 }
@@ -241,15 +266,14 @@ TEST(StoreFailures, KillingTheServerFailsEveryWaitingClientNamingIt) {
   const uint16_t port = read_port(*server);
   ASSERT_NE(port, 0);
   Env env{{"SLURMDDP_TOKEN", "kill-test-token"}};
-  std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 0; r < 3; ++r) ranks.push_back(rank(r, 4, port, 30000, env));
+  auto ranks = clients(4, port, 30000, env, std::vector<int>{0, 1, 2});
   // All three are parked in the barrier, waiting for rank 3.
   ASSERT_TRUE(eventually([&] { return server_stats(*server)["parked"] == 3; }));
   server->kill_now();
-  for (auto& p : ranks) {
-    auto code = p->wait(seconds(5));
-    ASSERT_EQ(code, std::optional<int>(3)) << p->stderr_text();
-    EXPECT_THAT(p->stderr_text(),
+  for (int r = 0; r < 3; ++r) {
+    auto code = ranks.rank(r).wait(seconds(5));
+    ASSERT_EQ(code, std::optional<int>(3)) << ranks.rank(r).stderr_text();
+    EXPECT_THAT(ranks.rank(r).stderr_text(),
                 HasSubstr("lost the connection to server 127.0.0.1:" + std::to_string(port) +
                           ": the server closed the connection"));
   }
@@ -321,10 +345,10 @@ TEST(HostileClients, TheServerStaysUpBoundedAndLegitimateRanksComplete) {
 
   // With all of that still open, eight ranks rendezvous.
   Env env{{"SLURMDDP_TOKEN", token}};
-  std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 0; r < 8; ++r) ranks.push_back(rank(r, 8, port, 20000, env));
+  auto ranks = clients(8, port, 20000, env);
   for (int r = 0; r < 8; ++r) {
-    ASSERT_EQ(ranks[r]->wait(seconds(30)), std::optional<int>(0)) << ranks[r]->stderr_text();
+    ASSERT_EQ(ranks.rank(r).wait(seconds(30)), std::optional<int>(0))
+        << ranks.rank(r).stderr_text();
   }
 
   // Every hostile connection ends up refused, each for its reason.
@@ -445,15 +469,12 @@ TEST(HostileClients, ADescriptorFloodStarvesNeitherTheJoinNorRankZerosOwnOpens) 
     }
   });
   host->write_line("go");
-  std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 1; r < world; ++r) {
-    ranks.push_back(spawn(
-        support::with_rank({"rank", "--timeout-ms", "30000", "--as-init"}, r, world, port), env));
-  }
+  auto ranks = clients(world, port, 30000, env, but_rank_0(world), {"--as-init"});
   auto line = host->read_line(seconds(30));
   EXPECT_EQ(line, "opened " + open_count + " files") << host->stderr_text();
-  for (auto& p : ranks) {
-    EXPECT_EQ(p->wait(seconds(40)), std::optional<int>(0)) << p->stderr_text();
+  for (int r = 1; r < world; ++r) {
+    EXPECT_EQ(ranks.rank(r).wait(seconds(40)), std::optional<int>(0))
+        << ranks.rank(r).stderr_text();
   }
   EXPECT_EQ(host->wait(seconds(40)), std::optional<int>(0)) << host->stderr_text();
   joined.store(true);
