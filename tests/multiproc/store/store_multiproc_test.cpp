@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "process.h"
-#include "rank_group.h"
 #include "rank_args.h"
+#include "rank_group.h"
 #include "raw_client.h"
 #include "time_scale.h"
 
