@@ -189,7 +189,12 @@ TEST_F(Hostile, IdleConnectionsBeyondTheCapEvictTheOldest) {
     idle.push_back(raw_connect(server_->port()));
     ASSERT_TRUE(idle.back().valid());
   }
-  ASSERT_TRUE(eventually([&] { return stats().accepted == 500; }));
+  // The server counts a connection accepted before it evicts the oldest for
+  // it: wait until every accept has been answered both ways.
+  ASSERT_TRUE(eventually([&] {
+    const auto s = stats();
+    return s.accepted == 500 && s.unauthenticated + s.refused_over_capacity == 500;
+  }));
   EXPECT_EQ(stats().unauthenticated, 64u);
   EXPECT_EQ(stats().peak_unauthenticated, 64u);
   EXPECT_EQ(stats().refused_over_capacity, 436u);
