@@ -1,6 +1,7 @@
-// Batch jobs on the test cluster for the preemption tests (C++ and PyTorch):
-// Slurm's state of a job, polling it, letting a requeued job start at once,
-// and several steps in one allocation.
+// Batch jobs on the test cluster: Slurm's state of a job, polling it,
+// `sbatch --wait` without its sleeps, and for the preemption tests (C++ and
+// PyTorch) letting a requeued job start at once and several steps in one
+// allocation.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -61,6 +62,37 @@ inline std::string submit(const std::string& dir, const std::string& script,
                  std::chrono::seconds(30), dir);
   EXPECT_EQ(r.rc, 0) << r.out << r.err;
   return r.out.substr(0, r.out.find_first_of(";\n"));
+}
+
+// `sbatch --wait`, without its sleeps: sbatch asks for the job's state 2 s
+// and then 8 s after submitting it, so that a job of 3 s took 10; this asks
+// every 200 ms. Runs `env` `sbatch --parsable` `args` (options, script and its
+// arguments) from `dir` and waits up to `limit` for the job to end. rc is what
+// `sbatch --wait` exits with: the job's exit code (128 + the signal that ended
+// it), sbatch's own where it did not submit, 124 where the job did not end in
+// time (it is cancelled then); out and err are sbatch's.
+inline Result sbatch_wait(const std::string& args, std::chrono::seconds limit,
+                          const std::string& dir, const std::string& env = "") {
+  Result r = run(env + "sbatch --parsable " + args, std::chrono::seconds(30), dir);
+  if (r.rc != 0) return r;
+  const std::string id = r.out.substr(0, r.out.find_first_of(";\n"));
+  if (!poll_until(limit, [&] { return finished(id); })) {
+    run("scancel " + id);
+    r.rc = 124;
+    r.timed_out = true;
+    r.err += "job " + id + " did not end within " + std::to_string(limit.count()) + " s\n";
+    return r;
+  }
+  Result show = run("scontrol -o show job " + id, std::chrono::seconds(30));
+  std::smatch m;
+  if (!std::regex_search(show.out, m, std::regex(R"((^| )ExitCode=([0-9]+):([0-9]+))"))) {
+    r.rc = -1;
+    r.err += "no ExitCode in scontrol's view of job " + id + ": " + show.out + show.err;
+    return r;
+  }
+  const int code = std::stoi(m[2].str()), signal = std::stoi(m[3].str());
+  r.rc = signal != 0 ? 128 + signal : code;
+  return r;
 }
 
 // Slurm holds a requeued batch job back (Reason=BeginTime, about two minutes
@@ -128,22 +160,29 @@ inline bool bring_time_limit_close(const std::string& id) {
   return run("scontrol update JobId=" + id + " TimeLimit=" + std::to_string(ran / 60 + 2)).rc == 0;
 }
 
-// The pids of the processes whose working directory is `dir` and whose
-// command line starts with `what` (a job's ranks, not the srun that started
-// them: every test job has its own directory, on any of the clusters running
-// side by side).
-inline std::vector<int> pids_in(const std::string& dir, const std::string& what) {
+// The pids of job `id`'s processes that run `program`, named so by their
+// argv[0] (srun passes the path it found) or, where argv[0] is a python, by
+// their script (argv[1]): the ranks, not the srun that started them, on any of
+// the clusters running side by side. They are found by SLURM_JOB_ID in their
+// environment: their working directory, as /proc shows it, names another path
+// where a node's mounts are not the test's (inside a lane's root).
+inline std::vector<int> job_processes(const std::string& id, const std::string& program) {
   std::vector<int> pids;
+  const std::string tag = std::string("SLURM_JOB_ID=") + id + '\0';
   std::error_code ec;
-  const auto want = std::filesystem::canonical(dir, ec);
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = e.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::error_code ignored;
-    if (std::filesystem::read_symlink(e.path() / "cwd", ignored) != want) continue;
-    std::string cmdline = slurp(e.path() / "cmdline");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.rfind(what, 0) == 0) pids.push_back(std::stoi(name));
+    std::vector<std::string> argv;
+    std::istringstream cmdline(slurp(e.path() / "cmdline"));
+    for (std::string arg; argv.size() < 2 && std::getline(cmdline, arg, '\0');) {
+      argv.push_back(std::filesystem::path(arg).filename().string());
+    }
+    const bool runs = (!argv.empty() && argv[0] == program) ||
+                      (argv.size() == 2 && argv[0].rfind("python", 0) == 0 && argv[1] == program);
+    if (!runs) continue;
+    const std::string environ = '\0' + slurp(e.path() / "environ");
+    if (environ.find('\0' + tag) != std::string::npos) pids.push_back(std::stoi(name));
   }
   return pids;
 }
@@ -164,32 +203,35 @@ inline bool signal_reached(int pid, int signal) {
 }
 
 // Note [Holding ranks for a signal]
-//   Slurm sends a time-limit warning at one of its periodic checks, up to 30 s
-//   after the limit was brought close; a fast torch (2.15 from PyPI) ends the
-//   example's 4 epochs in about 20 s, before the warning. So the ranks are
-//   stopped (SIGSTOP, which changes nothing they compute), then `cause` runs
-//   (e.g. bring_time_limit_close), and they are continued once `signal` reached
-//   every one of them (slurmstepd sends SIGCONT with it): they take the warning
-//   at the step they were in, whatever the speed. False when there were no
-//   ranks, `cause` failed or the signal did not come within `limit`.
+//   Slurm sends a time-limit warning at one of its periodic checks, up to a
+//   minute here after the limit was brought close; a fast torch (2.15 from
+//   PyPI) ends the PyTorch example's 2 epochs in about 10 s, the C++ example
+//   its 2 in 10, before the warning. So the ranks are stopped (SIGSTOP, which
+//   changes nothing they compute), then `cause` runs (e.g.
+//   bring_time_limit_close), and they are continued once `signal` reached
+//   every one of them (slurmstepd sends SIGCONT with it): they take the
+//   warning at the step they were in, whatever the speed. The ranks are the
+//   job's processes of `program` (job_processes); `ranks` is how many there
+//   are: all are held, or none. False when the ranks found were not
+//   `ranks` (saying which), `cause` failed or the signal did not come within
+//   `limit`.
 template <typename F>
-bool hold_until_pending(const std::string& dir, const std::string& what, int signal,
+bool hold_until_pending(const std::string& id, const std::string& program, size_t ranks, int signal,
                         std::chrono::seconds limit, F cause) {
-  const std::vector<int> ranks = pids_in(dir, what);
-  if (ranks.empty()) {
-    // The ranks are not visible from here (their /proc entries name another
-    // working directory, as inside a lane's root): cause it without holding
-    // them; the warning then comes at Slurm's next time-limit check.
-    std::fprintf(stderr, "hold_until_pending: no process '%s' in %s to hold\n", what.c_str(),
-                 dir.c_str());
-    return cause();
+  const std::vector<int> pids = job_processes(id, program);
+  if (pids.size() != ranks) {
+    std::string found;
+    for (int pid : pids) found += " " + std::to_string(pid);
+    ADD_FAILURE() << "hold_until_pending: job " << id << " has " << pids.size() << " processes of "
+                  << program << " (" << (found.empty() ? " none" : found) << " ), not " << ranks;
+    return false;
   }
-  for (int pid : ranks) ::kill(pid, SIGSTOP);
+  for (int pid : pids) ::kill(pid, SIGSTOP);
   const bool all = cause() && poll_until(limit, [&] {
-                     return std::all_of(ranks.begin(), ranks.end(),
+                     return std::all_of(pids.begin(), pids.end(),
                                         [&](int pid) { return signal_reached(pid, signal); });
                    });
-  for (int pid : ranks) ::kill(pid, SIGCONT);
+  for (int pid : pids) ::kill(pid, SIGCONT);
   return all;
 }
 

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "batch_jobs.h"
 #include "cluster.h"
 
 namespace slurmddp::systest {
@@ -36,8 +37,8 @@ Job submit(const std::string& script) {
   }
   chmod((dir + "/train").c_str(), 0755);
   Job job;
-  Result r = run("sbatch --wait -o out.txt " + source_dir() + "/examples/jobs/" + script,
-                 std::chrono::seconds(180), dir);
+  Result r = sbatch_wait("-o out.txt " + source_dir() + "/examples/jobs/" + script,
+                         std::chrono::seconds(180), dir);
   std::ifstream in(dir + "/out.txt");
   std::stringstream text;
   text << in.rdbuf();

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "batch_jobs.h"
 #include "cluster.h"
 
 namespace slurmddp::systest {
@@ -242,7 +243,7 @@ TEST(PluginSystem, BatchShellHasNoRankButItsStepsDo) {
          "TOKEN=${SLURMDDP_TOKEN+set}\"\n"
       << "srun " << probe() << "\n";
   Result r =
-      run("sbatch --wait -o " + dir + "/out.txt " + dir + "/job.sh", std::chrono::seconds(90), dir);
+      sbatch_wait("-o " + dir + "/out.txt " + dir + "/job.sh", std::chrono::seconds(90), dir);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   std::ifstream in(dir + "/out.txt");
   std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -260,7 +261,7 @@ TEST(PluginSystem, SbatchOptionReachesInnerSrun) {
   std::ofstream(dir + "/job.sh") << "#!/bin/bash\n#SBATCH -N 2 -n 2\n#SBATCH --ddp-port=29600\n"
                                  << "srun " << probe() << "\n";
   Result r =
-      run("sbatch --wait -o " + dir + "/out.txt " + dir + "/job.sh", std::chrono::seconds(90), dir);
+      sbatch_wait("-o " + dir + "/out.txt " + dir + "/job.sh", std::chrono::seconds(90), dir);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   std::ifstream in(dir + "/out.txt");
   std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "batch_jobs.h"
 #include "cluster.h"
 
 namespace slurmddp::systest {
@@ -102,9 +103,9 @@ TEST(TorchLaunch, TorchrunInsideSrunNeedsNoFlags) {
 TEST(TorchLaunch, TorchrunSbatchExampleTrains) {
   REQUIRE_CLUSTER();
   std::string dir = fresh_dir("torchrun-sbatch");
-  Result r = run(with_python_on_path() + with_package() +
-                     "EPOCHS=1 sbatch --wait --gres=gpu:2 -o " + dir + "/out.txt torchrun.sbatch",
-                 std::chrono::seconds(300), source_dir() + "/examples/pytorch");
+  Result r = sbatch_wait("--gres=gpu:2 -o " + dir + "/out.txt torchrun.sbatch",
+                         std::chrono::seconds(300), source_dir() + "/examples/pytorch",
+                         with_python_on_path() + with_package() + "EPOCHS=1 ");
   std::ifstream in(dir + "/out.txt");
   std::stringstream text;
   text << in.rdbuf();
