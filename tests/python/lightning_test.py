@@ -36,8 +36,7 @@ def start(cwd, script, args, world=2, restart=0, **extra):
     procs = {}
     for r in range(world):
         env = support.rank_env(r, world, port, **slurm_env(r, world, restart), **extra)
-        procs[r] = subprocess.Popen([sys.executable, script, *args], cwd=cwd, env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs[r] = support.spawn([sys.executable, script, *args], env, cwd=cwd)
     return procs
 
 

@@ -1,5 +1,7 @@
 """Shared by the Python tests: the torch gate, free ports, and ranks as
 child processes with the environment slurm-ddp's plugin would export."""
+import atexit
+import json
 import os
 import signal
 import socket
@@ -94,11 +96,14 @@ def rank_env(rank, world, port, token="5eed" * 8, **extra):
     return env
 
 
-def start_ranks(script, ranks, world, port, args=(), stderr_dir=None, **env_extra):
+def start_ranks(script, ranks, world, port, args=(), stderr_dir=None, fresh=False, **env_extra):
     """Starts `script` (a file next to this one) as the given ranks; returns
-    {rank: Popen} with stdin/stdout/stderr pipes. With `stderr_dir`, rank r's
-    stderr goes to <stderr_dir>/rank<r>.err instead (to read while the ranks
-    run) and its stdout is dropped."""
+    {rank: process} with stdin/stdout/stderr pipes, each process a
+    subprocess.Popen or a ForkedRank (the same methods). With `stderr_dir`,
+    rank r's stderr goes to <stderr_dir>/rank<r>.err instead (to read while the
+    ranks run) and its stdout is dropped. Ranks are forked from a python that
+    imported torch once (Note [Forked ranks]) unless `fresh` is true or
+    SLURMDDP_TEST_FRESH_RANKS=1: then each is a new python."""
     here = os.path.dirname(os.path.abspath(__file__))
     procs = {}
     for r in ranks:
@@ -106,14 +111,210 @@ def start_ranks(script, ranks, world, port, args=(), stderr_dir=None, **env_extr
         if stderr_dir is not None:
             out, err = subprocess.DEVNULL, open(os.path.join(stderr_dir, f"rank{r}.err"), "w")
         try:
-            procs[r] = subprocess.Popen(
-                [sys.executable, os.path.join(here, script), *map(str, args)],
-                env=rank_env(r, world, port, **env_extra), stdin=subprocess.PIPE,
-                stdout=out, stderr=err, text=True)
+            procs[r] = spawn([sys.executable, os.path.join(here, script), *map(str, args)],
+                             rank_env(r, world, port, **env_extra), stdout=out, stderr=err,
+                             fresh=fresh)
         finally:
             if stderr_dir is not None:
                 err.close()  # the child has its own descriptor
     return procs
+
+
+def spawn(argv, env, cwd=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE, fresh=False):
+    """A rank: `argv` (a python, a script, its arguments) with `env` in `cwd`,
+    stdin a pipe, stdout and stderr as subprocess.Popen takes them (text
+    mode); forked from the fork server (Note [Forked ranks]) unless `fresh`
+    or SLURMDDP_TEST_FRESH_RANKS=1."""
+    server = None if fresh or os.environ.get("SLURMDDP_TEST_FRESH_RANKS") == "1" else _rank_server()
+    if server is not None:
+        return server.start(argv, env, cwd, stdout, stderr)
+    return subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=stdout,
+                            stderr=stderr, text=True)
+
+
+# Note [Forked ranks]
+#   A loopback test starts a few to a few dozen ranks, and each new python
+#   imports torch again: 1.3-1.5 s of CPU for torch 2.15 from PyPI, most of
+#   what a short rank costs, and most of the Python suites' time in CI. So
+#   the ranks are forked from one python per test that imported torch once
+#   (rank_server.py): the rank runs its script as `python script args` would,
+#   with its own environment, streams and exit status, and is the test's
+#   child (the test is a child subreaper, and the server forks twice), so it
+#   is waited for, signalled and killed as a subprocess.Popen is. slurm-ddp's
+#   package is not imported before the fork: each rank imports it itself, as
+#   a user's script does. A test of what happens before or while a python
+#   imports torch passes fresh=True.
+_PR_SET_CHILD_SUBREAPER = 36
+_server = None
+
+
+def _rank_server():
+    """The fork server of this test, started on first use; None (and why, on
+    stderr) where it cannot run, and the ranks are new pythons."""
+    global _server
+    if _server is None:
+        try:
+            _server = _RankServer()
+        except OSError as e:
+            print(f"support: ranks start as new pythons: no fork server ({e})", file=sys.stderr)
+            _server = False
+    return _server or None
+
+
+class _RankServer:
+    def __init__(self):
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(here, "rank_server.py"), str(theirs.fileno()),
+             "torch", "torch.distributed"],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.sock = ours
+        self.sock.settimeout(120)
+        reply = self._reply()
+        if "ready" not in reply:
+            raise OSError(f"rank_server.py: {reply.get('error', reply)}")
+        atexit.register(self.close)
+
+    def _reply(self):
+        msg = self.sock.recv(1 << 16)
+        if not msg:
+            raise OSError(f"rank_server.py ended (exit {self.proc.wait()})")
+        return json.loads(msg)
+
+    def start(self, argv, env, cwd, stdout, stderr):
+        """A rank running argv with env in cwd; stdout and stderr are
+        subprocess.PIPE, subprocess.DEVNULL or a file."""
+        mine, theirs, close = {}, [], []
+        for name, how in (("stdin", subprocess.PIPE), ("stdout", stdout), ("stderr", stderr)):
+            if how == subprocess.PIPE:
+                r, w = os.pipe()
+                if name == "stdin":
+                    mine[name] = os.fdopen(w, "w")
+                    theirs.append(r)
+                else:
+                    mine[name] = os.fdopen(r, "r")
+                    theirs.append(w)
+                close.append(theirs[-1])
+            elif how == subprocess.DEVNULL:
+                theirs.append(os.open(os.devnull, os.O_RDWR))
+                close.append(theirs[-1])
+            else:
+                theirs.append(how.fileno())
+        try:
+            request = {"argv": argv, "env": env, "cwd": cwd}
+            socket.send_fds(self.sock, [json.dumps(request).encode()], theirs)
+            reply = self._reply()
+        finally:
+            for fd in close:
+                os.close(fd)
+        if "pid" not in reply:
+            raise OSError(f"rank_server.py could not start {argv}: {reply.get('error', reply)}")
+        return ForkedRank(reply["pid"], argv, **mine)
+
+    def close(self):
+        self.sock.close()  # the server's end of file
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class ForkedRank:
+    """A rank the fork server started, which is this process's child: what
+    the tests use of subprocess.Popen (text mode), with its semantics."""
+
+    def __init__(self, pid, args, stdin=None, stdout=None, stderr=None):
+        self.pid, self.args = pid, args
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.returncode = None
+        self._read = {}  # stream -> bytes read so far by communicate()
+
+    def __del__(self):  # its pipes with it, as a Popen's go when no one holds them
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None and not stream.closed:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        if self.returncode is not None:
+            return self.returncode
+        if timeout is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while self.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            delay = min(delay * 2, left, 0.05)
+            time.sleep(delay)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self):
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, input=None, timeout=None):
+        """Writes `input`, closes stdin, reads stdout and stderr to their end
+        and waits, within `timeout` (subprocess.TimeoutExpired: call again to
+        go on); returns (stdout, stderr), None for a stream not piped."""
+        import selectors
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self.stdin is not None and not self.stdin.closed:
+            try:
+                if input:
+                    self.stdin.write(input)
+                self.stdin.close()
+            except BrokenPipeError:
+                pass
+        with selectors.DefaultSelector() as sel:
+            for stream in (self.stdout, self.stderr):
+                if stream is not None and not stream.closed:
+                    self._read.setdefault(stream, [])
+                    sel.register(stream, selectors.EVENT_READ)
+            while sel.get_map():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+                for key, _ in sel.select(left):
+                    data = os.read(key.fd, 32768)
+                    if data:
+                        self._read[key.fileobj].append(data)
+                    else:
+                        sel.unregister(key.fileobj)
+                        key.fileobj.close()
+        self.wait(None if deadline is None else max(0, deadline - time.monotonic()))
+
+        def text(stream):
+            if stream is None:
+                return None
+            data = b"".join(self._read.get(stream, []))
+            return data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+        return text(self.stdout), text(self.stderr)
 
 
 def threads_of(pid):
