@@ -235,6 +235,18 @@ bool hold_until_pending(const std::string& id, const std::string& program, size_
   return all;
 }
 
+// Bash for a job's script (in_one_job) that SIGKILLs one of its own ranks: a
+// process whose command line matches `pattern` (pgrep -f) and whose
+// environment holds this job's SLURM_JOB_ID and SLURM_SUBMIT_DIR. Not pkill
+// alone: the same test runs at the same time on the other lanes' clusters,
+// whose job ids repeat these, and the newest match may be theirs.
+inline std::string kill_one_rank_of_this_job(const std::string& pattern) {
+  return "for p in $(pgrep -f '" + pattern +
+         "'); do e=$(tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null); "
+         "grep -qx \"SLURM_JOB_ID=$SLURM_JOB_ID\" <<<\"$e\" && "
+         "grep -qxF \"SLURM_SUBMIT_DIR=$PWD\" <<<\"$e\" && { kill -KILL $p; break; }; done";
+}
+
 // Runs `body` (bash) in one allocation of 2 nodes x 2 tasks, so that its steps
 // share one job id and so one checkpoint directory.
 inline Result in_one_job(const std::string& dir, const std::string& body) {

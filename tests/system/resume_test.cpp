@@ -169,13 +169,14 @@ TEST(ResumeSystem, AKilledRankFailsTheJobAndLeavesTheLastCheckpointIntact) {
   REQUIRE_CLUSTER();
   const std::string ref = reference();
   std::string dir = job_dir("resume-killed");
-  // Once step 300 is logged, the newest training process (one rank) is
+  // Once step 300 is logged, one training process (a rank) of this job is
   // SIGKILLed: no stop, no checkpoint of its own; the step fails.
   Result r = in_one_job(
       dir,
       // (the watcher gives up when the step ended first: nothing hangs)
       "(while [ ! -e killed.done ] && ! grep -q '^step 300$' killed.out 2>/dev/null; "
-      "do sleep 0.05; done; [ -e killed.done ] || pkill -KILL -n -f '^/.*/train --epochs') &\n" +
+      "do sleep 0.05; done; [ -e killed.done ] || " +
+          kill_one_rank_of_this_job("^/.*/train --epochs") + ") &\n" +
           train_line(" --checkpoint-every=200") + " > killed.out 2>&1\n" +
           "echo \"killed=$?\"\ntouch killed.done\nwait\n" + train_line(" --checkpoint-every=200") +
           " > again.out 2>&1\necho \"again=$?\"\n");

@@ -192,9 +192,10 @@ TEST(TorchResumeSystem, AKilledRankAndADamagedCheckpointFallBackToTheLastGoodOne
                "\n"
                // (the watcher gives up when the step ended first: nothing hangs)
                "(while [ ! -e killed.done ] && ! grep -q '^step 150$' killed.out 2>/dev/null; "
-               "do sleep 0.05; done; [ -e killed.done ] || "
-               "pkill -KILL -n -f '^[^ ]*python3 train.py --epochs 1 --batch-size 32') &\n" +
-               train + " > killed.out 2>&1\necho \"killed=$?\"\ntouch killed.done\nwait\n" + train +
+               "do sleep 0.05; done; [ -e killed.done ] || " +
+               kill_one_rank_of_this_job("^[^ ]*python3 train.py --epochs 1 --batch-size 32") +
+               ") &\n" + train +
+               " > killed.out 2>&1\necho \"killed=$?\"\ntouch killed.done\nwait\n" + train +
                " > again.out 2>&1\necho \"again=$?\"\necho \"ckpt=" + ck + "\"\n" +
                "printf '\\x7f' | dd of=" + ck + " bs=1 seek=100 conv=notrunc 2>/dev/null\n" +
                train + " > flipped.out 2>&1\necho \"flipped=$?\"\n");
