@@ -55,13 +55,18 @@ inline bool finished(const std::string& id) {
          s == "NODE_FAIL" || s == "OUT_OF_MEMORY";
 }
 
+// The job id `sbatch --parsable` printed (before ";cluster", if any).
+inline std::string parsable_job_id(const std::string& out) {
+  return out.substr(0, out.find_first_of(";\n"));
+}
+
 // Submits `script` from `dir` with output to out.txt; returns the job id.
 inline std::string submit(const std::string& dir, const std::string& script,
                           const std::string& sbatch_args, const std::string& script_args) {
   Result r = run("sbatch --parsable -o out.txt " + sbatch_args + " " + script + script_args,
                  std::chrono::seconds(30), dir);
   EXPECT_EQ(r.rc, 0) << r.out << r.err;
-  return r.out.substr(0, r.out.find_first_of(";\n"));
+  return parsable_job_id(r.out);
 }
 
 // `sbatch --wait`, without its sleeps: sbatch asks for the job's state 2 s
@@ -75,7 +80,7 @@ inline Result sbatch_wait(const std::string& args, std::chrono::seconds limit,
                           const std::string& dir, const std::string& env = "") {
   Result r = run(env + "sbatch --parsable " + args, std::chrono::seconds(30), dir);
   if (r.rc != 0) return r;
-  const std::string id = r.out.substr(0, r.out.find_first_of(";\n"));
+  const std::string id = parsable_job_id(r.out);
   if (!poll_until(limit, [&] { return finished(id); })) {
     run("scancel " + id);
     r.rc = 124;
